@@ -1,0 +1,127 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a private redis-server process owned by one test.
+type Redis struct {
+	Addr string // host:port on loopback
+	URL  string // redis://host:port/0
+
+	bin  string
+	dir  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// StartRedis starts a redis-server on a free loopback port and stops it when
+// the test ends. It fails the test if redis-server is not on PATH: tests
+// never fall back to a fake.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH (install the Debian package redis-server): %v", err)
+	}
+	r := &Redis{bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		r.URL = "redis://" + r.Addr + "/0"
+		if lastErr = r.start(); lastErr == nil {
+			t.Cleanup(r.Stop)
+			return r
+		}
+	}
+	t.Fatalf("start redis-server: %v", lastErr)
+	return nil
+}
+
+// Client returns a new go-redis client for this server, closed when the test
+// ends.
+func (r *Redis) Client(t testing.TB) *redis.Client {
+	cl := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// Stop kills the server. It is safe to call more than once.
+func (r *Redis) Stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port, with an
+// empty dataset (persistence is off), to test reconnect paths.
+func (r *Redis) Restart(t testing.TB) {
+	t.Helper()
+	r.Stop()
+	if err := r.start(); err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+func (r *Redis) start() error {
+	_, port, _ := net.SplitHostPort(r.Addr)
+	cmd := exec.Command(r.bin,
+		"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"),
+	)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("exec redis-server: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	cl := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer cl.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+			return fmt.Errorf("redis-server exited: %v: %s", err, log)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := cl.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			r.cmd, r.done = cmd, done
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("redis-server on %s did not answer PING", r.Addr)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
