@@ -1,0 +1,123 @@
+// Command kfakebroker runs franz-go's kfake Kafka broker as a process, for
+// end-to-end tests that need to kill, restart or signal the broker
+// independently of the test binary.
+//
+//	kfakebroker --port 0 --apply-partitions 4 [--data-dir DIR]
+//
+// When the broker accepts connections it prints exactly one line to stdout,
+// "kfake listening on HOST:PORT", and it exits 0 on SIGTERM or SIGINT. With
+// --data-dir the broker's state survives a restart of the process on the
+// same directory (topics are seeded only when the directory holds no state).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// config is the command line of kfakebroker.
+type config struct {
+	port            int
+	dataDir         string
+	applyPartitions int
+	applyTopic      string
+	ddlTopic        string
+	dlqTopic        string
+	syncWrites      bool
+	logLevel        string
+}
+
+func (c *config) registerFlags(f *flag.FlagSet) {
+	f.IntVar(&c.port, "port", 0, "port to listen on, on 127.0.0.1 (0: a free port)")
+	f.StringVar(&c.dataDir, "data-dir", "", "directory to persist the broker's state in (empty: memory only)")
+	f.IntVar(&c.applyPartitions, "apply-partitions", 4, "partitions of the apply topic")
+	f.StringVar(&c.applyTopic, "apply-topic", "flowlog.apply", "apply topic to create")
+	f.StringVar(&c.ddlTopic, "ddl-topic", "flowlog.ddl", "DDL topic to create (1 partition)")
+	f.StringVar(&c.dlqTopic, "dlq-topic", "flowlog.dlq", "dead-letter topic to create (1 partition)")
+	f.BoolVar(&c.syncWrites, "sync", false, "fsync every write (with --data-dir)")
+	f.StringVar(&c.logLevel, "log-level", "none", "kfake log level to stderr: none, error, warn, info, debug")
+}
+
+func (c *config) validate() error {
+	if c.port < 0 || c.port > 65535 {
+		return fmt.Errorf("--port %d: out of range", c.port)
+	}
+	if c.applyPartitions < 1 {
+		return fmt.Errorf("--apply-partitions %d: must be at least 1", c.applyPartitions)
+	}
+	if c.applyTopic == "" || c.ddlTopic == "" || c.dlqTopic == "" {
+		return fmt.Errorf("topic names must not be empty")
+	}
+	return nil
+}
+
+func (c *config) opts() []kfake.Opt {
+	level := kfake.LogLevelNone
+	switch strings.ToLower(c.logLevel) {
+	case "debug":
+		level = kfake.LogLevelDebug
+	case "info":
+		level = kfake.LogLevelInfo
+	case "warn":
+		level = kfake.LogLevelWarn
+	case "error":
+		level = kfake.LogLevelError
+	}
+	opts := []kfake.Opt{
+		kfake.Ports(c.port),
+		kfake.SeedTopics(int32(c.applyPartitions), c.applyTopic),
+		kfake.SeedTopics(1, c.ddlTopic, c.dlqTopic),
+		kfake.AllowAutoTopicCreation(),
+		kfake.WithLogger(kfake.BasicLogger(os.Stderr, level)),
+	}
+	if c.dataDir != "" {
+		opts = append(opts, kfake.DataDir(c.dataDir))
+		if c.syncWrites {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	return opts
+}
+
+func main() {
+	var cfg config
+	fs := flag.NewFlagSet("kfakebroker", flag.ExitOnError)
+	cfg.registerFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "kfakebroker: %v\n", err)
+		os.Exit(2)
+	}
+
+	// Subscribe before announcing readiness so a SIGTERM sent right after
+	// the "listening" line is never lost.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+
+	c, err := kfake.NewCluster(cfg.opts()...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kfakebroker: start: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("kfake listening on %s\n", c.ListenAddrs()[0])
+
+	sig := <-sigs
+	fmt.Fprintf(os.Stderr, "kfakebroker: %v: shutting down\n", sig)
+	done := make(chan struct{})
+	go func() {
+		c.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-sigs:
+		fmt.Fprintln(os.Stderr, "kfakebroker: forced shutdown")
+		os.Exit(1)
+	}
+}
