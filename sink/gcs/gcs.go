@@ -1,0 +1,212 @@
+// Package gcs is the Google Cloud Storage backend of sink.Bucket, using the
+// official cloud.google.com/go/storage client. It works against real GCS and
+// against emulators such as fake-gcs-server (--gcs-endpoint or the client's
+// own STORAGE_EMULATOR_HOST).
+package gcs
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+
+	"github.com/flowlog/flowlog/sink"
+)
+
+// Config is the GCS part of the command line. Prefix is not applied by the
+// Bucket: callers build full object names with it (sink.DataPath etc.).
+type Config struct {
+	Bucket   string
+	Prefix   string
+	Endpoint string // host:port or URL of an emulator; empty: real GCS or STORAGE_EMULATOR_HOST
+}
+
+// RegisterFlags registers the GCS flags on f.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	f.StringVar(&c.Bucket, "gcs-bucket", "flowlog", "GCS bucket the backups are written to")
+	f.StringVar(&c.Prefix, "gcs-prefix", "", "prefix of every object name (no leading or trailing slash)")
+	f.StringVar(&c.Endpoint, "gcs-endpoint", "", "GCS emulator endpoint, host:port or URL, without authentication (default: real GCS, or STORAGE_EMULATOR_HOST if set)")
+}
+
+// Validate reports every problem with c, one per line.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Bucket == "" {
+		errs = append(errs, errors.New("--gcs-bucket: must not be empty"))
+	}
+	if strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
+		errs = append(errs, fmt.Errorf("--gcs-prefix %q: must not start or end with '/'", c.Prefix))
+	}
+	for _, part := range strings.Split(c.Prefix, "/") {
+		if c.Prefix != "" && (part == "" || part == "." || part == "..") {
+			errs = append(errs, fmt.Errorf("--gcs-prefix %q: empty, '.' or '..' path element", c.Prefix))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// endpointURL turns "host:port" or a URL into the JSON API base URL.
+func endpointURL(e string) string {
+	if !strings.Contains(e, "://") {
+		e = "http://" + e
+	}
+	e = strings.TrimSuffix(e, "/")
+	if !strings.HasSuffix(e, "/storage/v1") {
+		e += "/storage/v1"
+	}
+	return e + "/"
+}
+
+// chunkSize is the resumable-upload chunk size for objects larger than it;
+// smaller objects go up in a single request.
+const chunkSize = 16 << 20
+
+// Bucket is a sink.Bucket on one GCS bucket.
+type Bucket struct {
+	client *storage.Client
+	bkt    *storage.BucketHandle
+	name   string
+}
+
+var _ sink.Bucket = (*Bucket)(nil)
+
+// New connects to the bucket cfg.Bucket. With cfg.Endpoint set it talks to
+// that emulator without authentication; otherwise it uses the client's
+// defaults (Application Default Credentials, or STORAGE_EMULATOR_HOST).
+func New(ctx context.Context, cfg Config) (*Bucket, error) {
+	var opts []option.ClientOption
+	if cfg.Endpoint != "" {
+		opts = append(opts, option.WithEndpoint(endpointURL(cfg.Endpoint)), option.WithoutAuthentication(), storage.WithJSONReads())
+	}
+	c, err := storage.NewClient(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gcs client: %w", err)
+	}
+	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket}, nil
+}
+
+// Upload implements sink.Bucket.
+func (b *Bucket) Upload(ctx context.Context, obj sink.Object) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // aborts the write on any early return
+	w := b.bkt.Object(obj.Name).If(storage.Conditions{DoesNotExist: true}).NewWriter(ctx)
+	w.CRC32C = obj.CRC32C
+	w.SendCRC32C = true
+	w.ChunkSize = 0
+	if obj.Size > chunkSize {
+		w.ChunkSize = chunkSize
+	}
+	n, err := io.Copy(w, obj.Body)
+	if err != nil {
+		cancel()
+		_ = w.Close()
+		return fmt.Errorf("upload gs://%s/%s: %w", b.name, obj.Name, err)
+	}
+	if n != obj.Size {
+		cancel()
+		_ = w.Close()
+		return fmt.Errorf("upload gs://%s/%s: body is %d bytes, want %d", b.name, obj.Name, n, obj.Size)
+	}
+	if err := w.Close(); err != nil {
+		if isStatus(err, http.StatusPreconditionFailed) {
+			return fmt.Errorf("upload gs://%s/%s: %w", b.name, obj.Name, sink.ErrExists)
+		}
+		return fmt.Errorf("upload gs://%s/%s: %w", b.name, obj.Name, err)
+	}
+	return nil
+}
+
+func isStatus(err error, code int) bool {
+	var g *googleapi.Error
+	return errors.As(err, &g) && g.Code == code
+}
+
+func (b *Bucket) wrap(op, name string, err error) error {
+	if errors.Is(err, storage.ErrObjectNotExist) || isStatus(err, http.StatusNotFound) {
+		return fmt.Errorf("%s gs://%s/%s: %w", op, b.name, name, sink.ErrNotExist)
+	}
+	return fmt.Errorf("%s gs://%s/%s: %w", op, b.name, name, err)
+}
+
+// Get implements sink.Bucket.
+func (b *Bucket) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	r, err := b.bkt.Object(name).NewReader(ctx)
+	if err != nil {
+		return nil, b.wrap("get", name, err)
+	}
+	return r, nil
+}
+
+// GetRange implements sink.Bucket.
+func (b *Bucket) GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 || length < 0 {
+		return nil, fmt.Errorf("get range gs://%s/%s: bad range %d+%d", b.name, name, off, length)
+	}
+	if length == 0 {
+		// A zero length means "to the end" to the client; an empty range
+		// only needs the object to exist.
+		if _, err := b.Size(ctx, name); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	r, err := b.bkt.Object(name).NewRangeReader(ctx, off, length)
+	if err != nil {
+		if isStatus(err, http.StatusRequestedRangeNotSatisfiable) {
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		return nil, b.wrap("get range", name, err)
+	}
+	return r, nil
+}
+
+// Size implements sink.Bucket.
+func (b *Bucket) Size(ctx context.Context, name string) (int64, error) {
+	a, err := b.bkt.Object(name).Attrs(ctx)
+	if err != nil {
+		return 0, b.wrap("size", name, err)
+	}
+	return a.Size, nil
+}
+
+// Iter implements sink.Bucket. GCS lists in lexical order of names.
+func (b *Bucket) Iter(ctx context.Context, prefix string, fn func(name string) error) error {
+	q := &storage.Query{Prefix: prefix}
+	if err := q.SetAttrSelection([]string{"Name"}); err != nil {
+		return fmt.Errorf("iter gs://%s/%s: %w", b.name, prefix, err)
+	}
+	it := b.bkt.Objects(ctx, q)
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("iter gs://%s/%s: %w", b.name, prefix, err)
+		}
+		if err := fn(a.Name); err != nil {
+			return err
+		}
+	}
+}
+
+// Delete implements sink.Bucket.
+func (b *Bucket) Delete(ctx context.Context, name string) error {
+	err := b.bkt.Object(name).Delete(ctx)
+	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) && !isStatus(err, http.StatusNotFound) {
+		return fmt.Errorf("delete gs://%s/%s: %w", b.name, name, err)
+	}
+	return nil
+}
+
+// Close implements sink.Bucket.
+func (b *Bucket) Close() error { return b.client.Close() }
