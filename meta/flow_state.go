@@ -1,0 +1,127 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FlowState is a flow's runtime state, the flow:state:<id> hash.
+type FlowState struct {
+	Status       string // StatusActive or StatusFatal
+	Error        string // reason of the fatal state; empty when active
+	LastFlushTS  uint64 // TSO of the last successful flush cycle
+	CheckpointTS uint64 // the flow's global checkpoint TSO
+}
+
+// FlowState returns the runtime state of flow id, or ErrFlowNotFound if the
+// flow has none (it does not exist).
+func (s *Store) FlowState(ctx context.Context, id FlowID) (FlowState, error) {
+	key := s.keys.FlowState(id)
+	raw, err := s.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return FlowState{}, fmt.Errorf("hgetall %s: %w", key, err)
+	}
+	if len(raw) == 0 {
+		return FlowState{}, fmt.Errorf("state of flow %d: %w", id, ErrFlowNotFound)
+	}
+	st := FlowState{Status: raw["status"], Error: raw["error"]}
+	for field, dst := range map[string]*uint64{"last_flush_ts": &st.LastFlushTS, "checkpoint_ts": &st.CheckpointTS} {
+		if v, ok := raw[field]; ok {
+			if *dst, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return FlowState{}, fmt.Errorf("parse %s %s: %w", key, field, err)
+			}
+		}
+	}
+	return st, nil
+}
+
+// SetFlowFatal marks flow id fatal with reason. It returns ErrFlowNotFound
+// if the flow does not exist (so a dropped flow never regains a state key).
+func (s *Store) SetFlowFatal(ctx context.Context, id FlowID, reason string) error {
+	return s.setState(ctx, "set_flow_fatal", id, func(ctx context.Context, p redis.Pipeliner, key string) {
+		p.HSet(ctx, key, "status", StatusFatal, "error", reason)
+	})
+}
+
+// SetFlowActive marks flow id active and clears its error. It returns
+// ErrFlowNotFound if the flow does not exist.
+func (s *Store) SetFlowActive(ctx context.Context, id FlowID) error {
+	return s.setState(ctx, "set_flow_active", id, func(ctx context.Context, p redis.Pipeliner, key string) {
+		p.HSet(ctx, key, "status", StatusActive)
+		p.HDel(ctx, key, "error")
+	})
+}
+
+// SetLastFlush records ts as flow id's last flush. It returns
+// ErrFlowNotFound if the flow does not exist.
+func (s *Store) SetLastFlush(ctx context.Context, id FlowID, ts uint64) error {
+	return s.setState(ctx, "set_last_flush", id, func(ctx context.Context, p redis.Pipeliner, key string) {
+		p.HSet(ctx, key, "last_flush_ts", u64(ts))
+	})
+}
+
+// AdvanceCheckpoint sets flow id's checkpoint_ts to ts if ts is larger than
+// the stored one, and reports whether it did. The checkpoint never moves
+// backwards. It is a no-op (false, nil) if the flow no longer exists.
+func (s *Store) AdvanceCheckpoint(ctx context.Context, id FlowID, ts uint64) (bool, error) {
+	infoKey, key := s.keys.FlowInfo(id), s.keys.FlowState(id)
+	var advanced bool
+	err := s.txn(ctx, "advance_checkpoint", []string{infoKey, key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		advanced = false
+		exists, err := tx.Exists(ctx, infoKey).Result()
+		if err != nil {
+			return nil, fmt.Errorf("exists %s: %w", infoKey, err)
+		}
+		if exists == 0 {
+			return nil, nil
+		}
+		v, err := tx.HGet(ctx, key, "checkpoint_ts").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("hget %s: %w", key, err)
+		}
+		if err == nil {
+			cur, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parse %s checkpoint_ts: %w", key, err)
+			}
+			if ts <= cur {
+				return nil, nil
+			}
+		}
+		advanced = true
+		return func(p redis.Pipeliner) error {
+			p.HSet(ctx, key, "checkpoint_ts", u64(ts))
+			return nil
+		}, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("advance checkpoint of flow %d: %w", id, err)
+	}
+	return advanced, nil
+}
+
+// setState runs write on flow id's state key if the flow exists.
+func (s *Store) setState(ctx context.Context, op string, id FlowID, write func(context.Context, redis.Pipeliner, string)) error {
+	infoKey, key := s.keys.FlowInfo(id), s.keys.FlowState(id)
+	err := s.txn(ctx, op, []string{infoKey}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		exists, err := tx.Exists(ctx, infoKey).Result()
+		if err != nil {
+			return nil, fmt.Errorf("exists %s: %w", infoKey, err)
+		}
+		if exists == 0 {
+			return nil, ErrFlowNotFound
+		}
+		return func(p redis.Pipeliner) error {
+			write(ctx, p, key)
+			return nil
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s flow %d: %w", op, id, err)
+	}
+	return nil
+}

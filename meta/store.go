@@ -1,0 +1,222 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Store is flowlog's metadata in Redis (DESIGN sections 4 and 7).
+//
+// Why the flow metadata stays consistent: every operation that changes it is
+// one WATCH -> read/compare -> MULTI/EXEC transaction. Each key is WATCHed
+// before it is read (keys that are only known after a read, such as
+// flow:info:<id> after flow:name, are WATCHed at that point, still before
+// the read), so if any key an operation decided on changed before EXEC, the
+// EXEC fails and the operation runs again from its reads (bounded, jittered;
+// ErrConflict when the bound is hit). The writes of one operation — name,
+// info, routes, flownode and table indexes, flows set, state, and for a DDL
+// the ddl:offset — are queued in a single MULTI, so readers never see half a
+// flow and a crash never leaves one. Index entries of a flow are only ever
+// written or removed by a transaction that also writes that flow's
+// flow:info key, so two transactions on one flow always conflict and cannot
+// interleave their index changes.
+//
+// All keys share the hash tag {flowlog}, so the same transactions work on a
+// Redis Cluster.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys Keys
+	tx   *txner
+}
+
+// NewStore returns a Store on rdb whose keys start with prefix ("" means
+// DefaultPrefix). Its metrics (redis_txn_retries_total) are registered on
+// reg; reg may be nil.
+func NewStore(rdb redis.UniversalClient, prefix string, reg prometheus.Registerer) *Store {
+	return &Store{rdb: rdb, keys: NewKeys(prefix), tx: newTxner(rdb, reg)}
+}
+
+// Keys returns the key builder of this store's prefix.
+func (s *Store) Keys() Keys { return s.keys }
+
+// Client returns the Redis client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// txn runs fn as one WATCH/MULTI transaction on keys with bounded retries.
+func (s *Store) txn(ctx context.Context, op string, keys []string, fn TxnFunc) error {
+	return s.tx.run(ctx, op, keys, fn)
+}
+
+// encodeInfo is the canonical JSON of a FlowInfo: encoding/json with its
+// sorted map keys. Two infos are equal when these bytes are.
+func encodeInfo(info FlowInfo) (string, error) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return "", fmt.Errorf("encode flow info: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeInfo parses stored FlowInfo JSON.
+func decodeInfo(key, s string) (FlowInfo, error) {
+	var info FlowInfo
+	if err := json.Unmarshal([]byte(s), &info); err != nil {
+		return FlowInfo{}, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return info, nil
+}
+
+// canonical re-encodes stored FlowInfo JSON so that a value written by any
+// encoder compares by content.
+func canonical(key, stored string) (string, error) {
+	info, err := decodeInfo(key, stored)
+	if err != nil {
+		return "", err
+	}
+	return encodeInfo(info)
+}
+
+func encodeRoute(r Route) string {
+	b, _ := json.Marshal(r) // Route has only strings and integers: cannot fail
+	return string(b)
+}
+
+// getString reads a string key, reporting absence as ok=false.
+func getString(ctx context.Context, c redis.Cmdable, key string) (string, bool, error) {
+	v, err := c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("get %s: %w", key, err)
+	}
+	return v, true, nil
+}
+
+// getFlowID reads a flow:name key.
+func getFlowID(ctx context.Context, c redis.Cmdable, key string) (FlowID, bool, error) {
+	v, ok, err := getString(ctx, c, key)
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	id, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %s = %q: %w", key, v, err)
+	}
+	return FlowID(id), true, nil
+}
+
+// readRoutes reads a flow:routes hash.
+func readRoutes(ctx context.Context, c redis.Cmdable, key string) (map[uint32]Route, error) {
+	raw, err := c.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("hgetall %s: %w", key, err)
+	}
+	routes := make(map[uint32]Route, len(raw))
+	for f, v := range raw {
+		p, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s field %q: %w", key, f, err)
+		}
+		var r Route
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("decode %s field %q: %w", key, f, err)
+		}
+		routes[uint32(p)] = r
+	}
+	return routes, nil
+}
+
+// indexSet is the index entries of one flow: flownode set members and table
+// hash fields with their Route JSON.
+type indexSet struct {
+	flownode map[uint64]map[string]bool     // flownode id -> members
+	table    map[uint32]map[string]string // table id -> field -> Route JSON
+}
+
+func newIndexSet() indexSet {
+	return indexSet{flownode: map[uint64]map[string]bool{}, table: map[uint32]map[string]string{}}
+}
+
+// add adds the entries of flow id with info and routes. The partitions are
+// those of info.FlownodeIDs and of routes; a partition's flownode is
+// FlownodeIDs[p], else its route's peer; its route is routes[p], else a
+// route to that flownode.
+func (x indexSet) add(id FlowID, info FlowInfo, routes map[uint32]Route) {
+	parts := map[uint32]uint64{}
+	for p, r := range routes {
+		parts[p] = r.Peer.ID
+	}
+	for p, n := range info.FlownodeIDs {
+		parts[p] = n
+	}
+	for p, node := range parts {
+		r, ok := routes[p]
+		if !ok {
+			r = Route{Peer: Peer{ID: node}}
+		}
+		member := u32(id) + "/" + u32(p)
+		if x.flownode[node] == nil {
+			x.flownode[node] = map[string]bool{}
+		}
+		x.flownode[node][member] = true
+		field := u64(node) + "/" + member
+		for _, t := range info.SourceTableIDs {
+			if x.table[t] == nil {
+				x.table[t] = map[string]string{}
+			}
+			x.table[t][field] = encodeRoute(r)
+		}
+	}
+}
+
+// remove queues removal of every entry of x.
+func (x indexSet) remove(ctx context.Context, p redis.Pipeliner, k Keys) {
+	for node, members := range x.flownode {
+		args := make([]any, 0, len(members))
+		for m := range members {
+			args = append(args, m)
+		}
+		p.SRem(ctx, k.Flownode(node), args...)
+	}
+	for t, fields := range x.table {
+		args := make([]string, 0, len(fields))
+		for f := range fields {
+			args = append(args, f)
+		}
+		p.HDel(ctx, k.Table(t), args...)
+	}
+}
+
+// write queues writing every entry of x.
+func (x indexSet) write(ctx context.Context, p redis.Pipeliner, k Keys) {
+	for node, members := range x.flownode {
+		args := make([]any, 0, len(members))
+		for m := range members {
+			args = append(args, m)
+		}
+		p.SAdd(ctx, k.Flownode(node), args...)
+	}
+	for t, fields := range x.table {
+		args := make([]any, 0, 2*len(fields))
+		for f, v := range fields {
+			args = append(args, f, v)
+		}
+		p.HSet(ctx, k.Table(t), args...)
+	}
+}
+
+// routeArgs is routes as HSET field/value arguments.
+func routeArgs(routes map[uint32]Route) []any {
+	args := make([]any, 0, 2*len(routes))
+	for p, r := range routes {
+		args = append(args, u32(p), encodeRoute(r))
+	}
+	return args
+}
