@@ -136,7 +136,7 @@ func readRoutes(ctx context.Context, c redis.Cmdable, key string) (map[uint32]Ro
 // indexSet is the index entries of one flow: flownode set members and table
 // hash fields with their Route JSON.
 type indexSet struct {
-	flownode map[uint64]map[string]bool     // flownode id -> members
+	flownode map[uint64]map[string]bool   // flownode id -> members
 	table    map[uint32]map[string]string // table id -> field -> Route JSON
 }
 
