@@ -1,0 +1,253 @@
+package sink
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/flowlog/flowlog/event"
+)
+
+// MetaVersion is the version of the meta JSON this package writes and reads.
+const MetaVersion = 1
+
+// ValidName reports whether s may be used as a catalog or flow name in an
+// object path: 1 to 128 characters of [A-Za-z0-9_-].
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// FlowDir is the directory of a flow's objects: <prefix>/<catalog>/<flow>/v1
+// (no leading slash when prefix is empty). catalog and flow must be valid
+// names (see ValidName); callers validate them before building paths.
+func FlowDir(prefix, catalog, flow string) string {
+	d := catalog + "/" + flow + "/v1"
+	if prefix != "" {
+		d = strings.TrimSuffix(prefix, "/") + "/" + d
+	}
+	return d
+}
+
+// DataPath is the name of a data object:
+// <prefix>/<catalog>/<flow>/v1/<YYYYMMDD>/<HH>/<min_ts>-<cycle_id>.log, the
+// date and hour being the UTC time of minTS's physical part.
+func DataPath(prefix, catalog, flow string, minTS uint64, cycleID string) string {
+	date, hour := event.DateHour(minTS)
+	return FlowDir(prefix, catalog, flow) + "/" + date + "/" + hour + "/" + strconv.FormatUint(minTS, 10) + "-" + cycleID + ".log"
+}
+
+// MetaPath is the name of a meta object:
+// <prefix>/<catalog>/<flow>/v1/backupmeta/<min_resolved_ts:020d>-<cycle_id>.meta.
+// The zero padding makes a flow's metas list in resolved-ts order.
+func MetaPath(prefix, catalog, flow string, minResolvedTS uint64, cycleID string) string {
+	return fmt.Sprintf("%s/backupmeta/%020d-%s.meta", FlowDir(prefix, catalog, flow), minResolvedTS, cycleID)
+}
+
+// CheckpointPath is the name of a flow's global checkpoint object for a
+// consumer group: <prefix>/<catalog>/<flow>/v1/global_checkpoint/<group>.ts.
+func CheckpointPath(prefix, catalog, flow, group string) string {
+	return FlowDir(prefix, catalog, flow) + "/global_checkpoint/" + group + ".ts"
+}
+
+// SplitFlowPath returns the catalog and flow of an object name built by the
+// path functions above with the given prefix.
+func SplitFlowPath(prefix, name string) (catalog, flow string, ok bool) {
+	if prefix != "" {
+		p := strings.TrimSuffix(prefix, "/") + "/"
+		if !strings.HasPrefix(name, p) {
+			return "", "", false
+		}
+		name = name[len(p):]
+	}
+	parts := strings.SplitN(name, "/", 4)
+	if len(parts) < 4 || parts[2] != "v1" || !ValidName(parts[0]) || !ValidName(parts[1]) {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// Meta is the meta object of one flush cycle of one flow: it lists the
+// chunks of the cycle's data object and the Kafka offsets they came from.
+type Meta struct {
+	Version       int           `json:"version"`
+	Flow          string        `json:"flow"`
+	FlowID        uint32        `json:"flow_id"`
+	StoreID       string        `json:"store_id"`
+	CycleID       string        `json:"cycle_id"`
+	DataPath      string        `json:"data_path"`
+	MinTS         uint64        `json:"min_ts"`
+	MaxTS         uint64        `json:"max_ts"`
+	MinResolvedTS uint64        `json:"min_resolved_ts"`
+	Offsets       []OffsetRange `json:"offsets"`
+	Files         []FileMeta    `json:"files"`
+}
+
+// OffsetRange is the half-open range [From, To) of offsets of one Kafka
+// partition that a cycle consumed.
+type OffsetRange struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+}
+
+// Chunk compressions.
+const (
+	CompressionNone = "none"
+	CompressionZstd = "zstd"
+)
+
+// FileMeta describes one chunk of a data object: one temp file's framed
+// entries, stored at [Offset, Offset+Length) of the object.
+type FileMeta struct {
+	Offset                int64  `json:"offset"`
+	Length                int64  `json:"length"`
+	RawLength             int64  `json:"raw_length"`
+	Compression           string `json:"compression"`
+	SHA256                string `json:"sha256"` // hex, of the uncompressed framed bytes
+	NumberOfEntries       int64  `json:"number_of_entries"`
+	MinTS                 uint64 `json:"min_ts"`
+	MaxTS                 uint64 `json:"max_ts"`
+	ResolvedTS            uint64 `json:"resolved_ts"`
+	MinBeginTSInDefaultCF uint64 `json:"min_begin_ts_in_default_cf"`
+	StartKey              string `json:"start_key"` // hex of the smallest data key
+	EndKey                string `json:"end_key"`   // hex of the largest data key
+	TableID               int64  `json:"table_id"`
+	RegionID              uint64 `json:"region_id"`
+	CF                    string `json:"cf"` // "default" or "write"
+	Op                    string `json:"op"` // "put" or "delete"
+	IsMeta                bool   `json:"is_meta"`
+	Partition             int32  `json:"partition"`
+}
+
+// EncodeMeta returns m as JSON, after checking it as DecodeMeta does.
+func EncodeMeta(m Meta) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if m.Offsets == nil {
+		m.Offsets = []OffsetRange{}
+	}
+	if m.Files == nil {
+		m.Files = []FileMeta{}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode meta: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeMeta parses a meta object and checks its version and consistency.
+func DecodeMeta(b []byte) (Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("decode meta: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
+
+// Validate checks that m is a version-1 meta whose fields are consistent:
+// valid names, known enum values, hex checksums and keys, chunks that do not
+// overlap, and half-open offset ranges.
+func (m *Meta) Validate() error {
+	var errs []error
+	if m.Version != MetaVersion {
+		errs = append(errs, fmt.Errorf("version %d, want %d", m.Version, MetaVersion))
+	}
+	if !ValidName(m.Flow) {
+		errs = append(errs, fmt.Errorf("invalid flow name %q", m.Flow))
+	}
+	if m.DataPath == "" && len(m.Files) > 0 {
+		errs = append(errs, errors.New("files without data_path"))
+	}
+	if m.MinTS > m.MaxTS && len(m.Files) > 0 {
+		errs = append(errs, fmt.Errorf("min_ts %d > max_ts %d", m.MinTS, m.MaxTS))
+	}
+	for i, o := range m.Offsets {
+		if o.From < 0 || o.From > o.To {
+			errs = append(errs, fmt.Errorf("offsets[%d]: bad range [%d, %d) of %s/%d", i, o.From, o.To, o.Topic, o.Partition))
+		}
+	}
+	var end int64
+	for i, f := range m.Files {
+		if err := f.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
+			continue
+		}
+		if f.Offset < end {
+			errs = append(errs, fmt.Errorf("files[%d]: offset %d overlaps the previous chunk ending at %d", i, f.Offset, end))
+		}
+		end = f.Offset + f.Length
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid meta: %w", err)
+	}
+	return nil
+}
+
+func (f *FileMeta) validate() error {
+	switch {
+	case f.Offset < 0 || f.Length < 0 || f.RawLength < 0:
+		return fmt.Errorf("negative offset/length %d/%d/%d", f.Offset, f.Length, f.RawLength)
+	case f.Compression != CompressionNone && f.Compression != CompressionZstd:
+		return fmt.Errorf("unknown compression %q", f.Compression)
+	case f.Compression == CompressionNone && f.Length != f.RawLength:
+		return fmt.Errorf("uncompressed chunk with length %d != raw_length %d", f.Length, f.RawLength)
+	case f.CF != "default" && f.CF != "write":
+		return fmt.Errorf("unknown cf %q", f.CF)
+	case f.Op != "put" && f.Op != "delete":
+		return fmt.Errorf("unknown op %q", f.Op)
+	case !isHex(f.SHA256) || len(f.SHA256) != 64:
+		return fmt.Errorf("bad sha256 %q", f.SHA256)
+	case !isHex(f.StartKey) || !isHex(f.EndKey):
+		return errors.New("start_key/end_key not lowercase hex")
+	case f.NumberOfEntries < 0:
+		return fmt.Errorf("negative number_of_entries %d", f.NumberOfEntries)
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	if len(s)%2 != 0 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// EncodeCheckpoint returns the content of a global checkpoint object: ts as
+// 8 bytes little-endian.
+func EncodeCheckpoint(ts uint64) []byte {
+	return binary.LittleEndian.AppendUint64(nil, ts)
+}
+
+// DecodeCheckpoint parses a global checkpoint object.
+func DecodeCheckpoint(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("checkpoint object is %d bytes, want 8", len(b))
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}

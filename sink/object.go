@@ -1,0 +1,254 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// ObjectWriter builds a data object: chunks back to back, each the framed
+// entries of one temp file, stored as is ("none") or as one zstd frame
+// ("zstd"). It tracks the object's size and CRC32C for the upload. It is not
+// safe for concurrent use.
+type ObjectWriter struct {
+	w           countingWriter
+	compression string
+	enc         *zstd.Encoder
+	buf         []byte
+}
+
+// NewObjectWriter returns an ObjectWriter writing to w with the given chunk
+// compression, CompressionNone or CompressionZstd.
+func NewObjectWriter(w io.Writer, compression string) (*ObjectWriter, error) {
+	o := &ObjectWriter{w: countingWriter{w: w}, compression: compression}
+	switch compression {
+	case CompressionNone:
+		o.buf = make([]byte, 256<<10)
+	case CompressionZstd:
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("zstd encoder: %w", err)
+		}
+		o.enc = enc
+	default:
+		return nil, fmt.Errorf("unknown compression %q (want %q or %q)", compression, CompressionNone, CompressionZstd)
+	}
+	return o, nil
+}
+
+// AddChunk appends one chunk holding all of framed and returns where it
+// landed: its offset and stored length in the object and its uncompressed
+// length. After an error the object is unusable.
+func (o *ObjectWriter) AddChunk(framed io.Reader) (offset, length, rawLength int64, err error) {
+	offset = o.w.n
+	if o.enc == nil {
+		rawLength, err = io.CopyBuffer(&o.w, framed, o.buf)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("add chunk: %w", err)
+		}
+		return offset, rawLength, rawLength, nil
+	}
+	o.enc.Reset(&o.w)
+	rawLength, err = o.enc.ReadFrom(framed)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("add chunk: compress: %w", err)
+	}
+	if err := o.enc.Close(); err != nil {
+		return 0, 0, 0, fmt.Errorf("add chunk: compress: %w", err)
+	}
+	return offset, o.w.n - offset, rawLength, nil
+}
+
+// Size is the number of bytes written so far.
+func (o *ObjectWriter) Size() int64 { return o.w.n }
+
+// CRC32C is the CRC32C of the bytes written so far.
+func (o *ObjectWriter) CRC32C() uint32 { return o.w.crc }
+
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	crc uint32
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.crc = UpdateCRC32C(c.crc, p[:n])
+	return n, err
+}
+
+// ChecksumError reports a chunk whose bytes do not match its meta: wrong
+// stored length, undecodable zstd frame, wrong raw length or wrong sha256.
+type ChecksumError struct {
+	Object string // data object name
+	Chunk  int    // index in the meta's files, or -1 if unknown
+	Offset int64  // chunk offset in the object
+	Want   string
+	Got    string
+	Err    error // decoding error, if any
+}
+
+func (e *ChecksumError) Error() string {
+	chunk := fmt.Sprintf("chunk at offset %d", e.Offset)
+	if e.Chunk >= 0 {
+		chunk = fmt.Sprintf("chunk %d (offset %d)", e.Chunk, e.Offset)
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("corrupt %s of %s: %v", chunk, e.Object, e.Err)
+	}
+	return fmt.Sprintf("corrupt %s of %s: want %s, got %s", chunk, e.Object, e.Want, e.Got)
+}
+
+// Unwrap returns the decoding error, if any.
+func (e *ChecksumError) Unwrap() error { return e.Err }
+
+var decoders = sync.Pool{New: func() any {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		panic(fmt.Sprintf("zstd decoder: %v", err)) // only fails on bad options
+	}
+	return d
+}}
+
+// ReadChunk reads chunk f of the data object dataPath with one range read,
+// decompresses it, and checks its length and sha256. A mismatch is a
+// *ChecksumError naming the object and chunk.
+func ReadChunk(ctx context.Context, b Bucket, dataPath string, f FileMeta) ([]byte, error) {
+	return readChunk(ctx, b, dataPath, -1, f)
+}
+
+func readChunk(ctx context.Context, b Bucket, dataPath string, index int, f FileMeta) ([]byte, error) {
+	r, err := OpenChunk(ctx, b, dataPath, index, f)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	out := bytes.NewBuffer(make([]byte, 0, f.RawLength))
+	if _, err := out.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// OpenChunk streams chunk index (its position in the meta's files, or -1)
+// of the data object dataPath, decompressed. The reader returns a
+// *ChecksumError instead of io.EOF if the chunk's length or sha256 does not
+// match f; only a reader that reached io.EOF has delivered verified bytes.
+// At most f.RawLength+1 decompressed bytes are ever produced.
+func OpenChunk(ctx context.Context, b Bucket, dataPath string, index int, f FileMeta) (io.ReadCloser, error) {
+	rc, err := b.GetRange(ctx, dataPath, f.Offset, f.Length)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", index, dataPath, err)
+	}
+	c := &chunkReader{rc: rc, path: dataPath, index: index, f: f, h: sha256.New()}
+	c.stored = &countReader{r: rc}
+	c.r = c.stored
+	if f.Compression == CompressionZstd {
+		d := decoders.Get().(*zstd.Decoder)
+		if err := d.Reset(c.stored); err != nil {
+			decoders.Put(d)
+			rc.Close()
+			return nil, c.corrupt(err)
+		}
+		c.dec = d
+		c.r = d
+	}
+	c.r = io.LimitReader(c.r, f.RawLength+1)
+	return c, nil
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type chunkReader struct {
+	rc     io.ReadCloser
+	stored *countReader
+	dec    *zstd.Decoder
+	r      io.Reader
+	path   string
+	index  int
+	f      FileMeta
+	h      hash.Hash
+	raw    int64
+	err    error
+}
+
+func (c *chunkReader) corrupt(err error) error {
+	return &ChecksumError{Object: c.path, Chunk: c.index, Offset: c.f.Offset, Err: err}
+}
+
+func (c *chunkReader) mismatch(what, want, got string) error {
+	return &ChecksumError{Object: c.path, Chunk: c.index, Offset: c.f.Offset, Want: what + " " + want, Got: got}
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.r.Read(p)
+	c.raw += int64(n)
+	c.h.Write(p[:n])
+	switch {
+	case err == nil:
+		if c.raw > c.f.RawLength {
+			c.err = c.mismatch("raw length", fmt.Sprint(c.f.RawLength), "more")
+			return n, c.err
+		}
+		return n, nil
+	case errors.Is(err, io.EOF):
+		c.err = c.finish()
+		return n, c.err
+	default:
+		if c.dec != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && c.stored.n > 0 {
+			c.err = c.corrupt(fmt.Errorf("zstd: %w", err))
+		} else {
+			c.err = fmt.Errorf("read chunk %d of %s: %w", c.index, c.path, err)
+		}
+		return n, c.err
+	}
+}
+
+func (c *chunkReader) finish() error {
+	if c.dec != nil {
+		// Drain the frame's end so a truncated or padded chunk is noticed.
+		if _, err := io.Copy(io.Discard, c.stored); err != nil {
+			return fmt.Errorf("read chunk %d of %s: %w", c.index, c.path, err)
+		}
+	}
+	if c.stored.n != c.f.Length {
+		return c.mismatch("length", fmt.Sprint(c.f.Length), fmt.Sprint(c.stored.n))
+	}
+	if c.raw != c.f.RawLength {
+		return c.mismatch("raw length", fmt.Sprint(c.f.RawLength), fmt.Sprint(c.raw))
+	}
+	if got := hex.EncodeToString(c.h.Sum(nil)); got != c.f.SHA256 {
+		return c.mismatch("sha256", c.f.SHA256, got)
+	}
+	return io.EOF
+}
+
+func (c *chunkReader) Close() error {
+	if c.dec != nil {
+		_ = c.dec.Reset(nil)
+		decoders.Put(c.dec)
+		c.dec = nil
+	}
+	return c.rc.Close()
+}
