@@ -70,7 +70,7 @@ func DecodeBatch(b *Batch, value []byte, contentType string) error {
 // skipped, as proto.Unmarshal does.
 func decodeProto(b *Batch, buf []byte) error {
 	for len(buf) > 0 {
-		num, typ, n := protowire.ConsumeTag(buf)
+		num, typ, n := consumeTag(buf)
 		if n < 0 {
 			return protoErr("batch tag", n)
 		}
@@ -103,7 +103,7 @@ func decodeProto(b *Batch, buf []byte) error {
 func decodeEventProto(e *Event, buf []byte) error {
 	var cf, op uint64
 	for len(buf) > 0 {
-		num, typ, n := protowire.ConsumeTag(buf)
+		num, typ, n := consumeTag(buf)
 		if n < 0 {
 			return protoErr("event tag", n)
 		}
@@ -128,6 +128,16 @@ func decodeEventProto(e *Event, buf []byte) error {
 	// Enums are int32 on the wire; truncate as proto.Unmarshal does.
 	e.CF, e.Op = CF(int32(cf)), Op(int32(op))
 	return checkEnums(e.CF, e.Op)
+}
+
+// consumeTag is protowire.ConsumeTag that also rejects field numbers above
+// protowire.MaxValidNumber, as proto.Unmarshal does.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -2 // protowire's code for an invalid field number
+	}
+	return num, typ, n
 }
 
 // errBadCF and errBadOp are the details of enum errors; static so that the
