@@ -20,9 +20,11 @@ import (
 // default prefix.
 func newStore(t *testing.T) (*meta.Store, *redis.Client) {
 	t.Helper()
-	rdb := testenv.StartRedis(t).Client(t)
+	rdb := startRedis(t).Client(t)
 	return meta.NewStore(rdb, "", nil), rdb
 }
+
+func startRedis(t *testing.T) *testenv.Redis { return testenv.StartRedis(t) }
 
 // dump returns every key under base (SCAN is fine in tests) with its
 // content: strings as string, hashes as map[string]string, sets and sorted

@@ -49,8 +49,32 @@ func (s *Store) Keys() Keys { return s.keys }
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // txn runs fn as one WATCH/MULTI transaction on keys with bounded retries.
+//
+// The reads of one attempt are not a snapshot: a key read early may change
+// before a key read later. That is harmless when fn writes (EXEC fails and
+// the attempt is retried), but a decision not to write — an error such as
+// ErrFlowAlreadyExists, or a no-op — could rest on a torn view. So such an
+// outcome is confirmed with an empty MULTI/EXEC (a PING): if a watched key
+// changed, EXEC fails and the attempt is retried from its reads; otherwise
+// every read was current at that EXEC and the outcome stands.
 func (s *Store) txn(ctx context.Context, op string, keys []string, fn TxnFunc) error {
-	return s.tx.run(ctx, op, keys, fn)
+	return s.tx.run(ctx, op, keys, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		writes, err := fn(ctx, tx)
+		if err == nil && writes != nil {
+			return writes, nil
+		}
+		_, verr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Ping(ctx)
+			return nil
+		})
+		if errors.Is(verr, redis.TxFailedErr) {
+			return nil, verr
+		}
+		if err == nil && verr != nil {
+			return nil, fmt.Errorf("confirm reads: %w", verr)
+		}
+		return nil, err
+	})
 }
 
 // encodeInfo is the canonical JSON of a FlowInfo: encoding/json with its
