@@ -1,0 +1,507 @@
+package sink
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/flowlog/flowlog/event"
+)
+
+// RestoreOptions says what Restore reads and where it writes.
+type RestoreOptions struct {
+	// Bucket holds the backup.
+	Bucket Bucket
+	// MetaPaths are the flow's committed meta objects (metas:<flow_id>).
+	MetaPaths []string
+	// TS is the timestamp to restore as of; the caller checks it does not
+	// exceed the flow's checkpoint.
+	TS uint64
+	// Tables restricts the restore to these table ids; nil means all.
+	Tables map[int64]bool
+	// OutDir receives <table_id>.jsonl per table.
+	OutDir string
+	// TempDir holds sorted runs while restoring (default os.TempDir()).
+	TempDir string
+	// MaxMemory bounds the entries buffered in memory before they are
+	// spilled to TempDir (default 256 MiB). Peak memory is about this plus
+	// Parallel chunk buffers.
+	MaxMemory int64
+	// Parallel is the number of chunks read at once (default 4).
+	Parallel int
+}
+
+// RestoreStats summarises a restore.
+type RestoreStats struct {
+	Tables   int   // jsonl files written
+	Keys     int64 // live keys written
+	LogBytes int64 // uncompressed chunk bytes read and checked
+	Chunks   int   // chunks read
+}
+
+// Restore rebuilds tables as of o.TS from a flow's backup, as TiKV reads
+// MVCC data: for each key the newest write-CF record with commit ts <= TS,
+// skipping lock and rollback records; a delete means the key is absent; a
+// put's value is its short value, else the default-CF entry at (key,
+// start_ts). It writes OutDir/<table_id>.jsonl, one line per live key in raw
+// key order: {"key": hex, "value": base64, "commit_ts": N}. There is a file
+// (possibly empty) for every table in o.Tables and every table with a
+// write-CF record at or below TS; a table with none has no file.
+//
+// Only the chunks that can matter are read, each with one range read and its
+// sha256 checked: not meta-key chunks, not chunks of other tables, not chunks
+// whose min_ts is past TS, and not delete-op chunks (a CF delete carries no
+// write record; TiKV emits them only for garbage-collected versions).
+// Memory stays bounded: write records and default-CF values go through
+// external sorts keyed by the stored data key (memcomparable raw key, then
+// ts descending) and are merge-joined, so no table is held in memory.
+func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
+	var st RestoreStats
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = 256 << 20
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return st, fmt.Errorf("restore: %w", err)
+	}
+	tmp, err := os.MkdirTemp(o.TempDir, "flowlog-restore-")
+	if err != nil {
+		return st, fmt.Errorf("restore: temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+
+	jobs, err := planChunks(ctx, o)
+	if err != nil {
+		return st, err
+	}
+	writes := newExtSorter(tmp, "write", int(o.MaxMemory/2))
+	defaults := newExtSorter(tmp, "default", int(o.MaxMemory/2))
+	tables := map[int64]bool{}
+	for id, ok := range o.Tables {
+		if ok {
+			tables[id] = true
+		}
+	}
+	err = readChunks(ctx, o, jobs, func(j chunkJob, key, value []byte) error {
+		_, ts, err := event.SplitDataKey(key)
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
+		}
+		if ts > o.TS {
+			return nil
+		}
+		if j.f.CF == "default" {
+			return defaults.add(key, value)
+		}
+		w, err := event.DecodeWrite(value)
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
+		}
+		tables[j.f.TableID] = true
+		if w.Type == event.WriteLock || w.Type == event.WriteRollback {
+			return nil
+		}
+		return writes.add(key, value)
+	}, &st)
+	if err != nil {
+		return st, err
+	}
+	return st, writeTables(o, writes, defaults, tables, &st)
+}
+
+type chunkJob struct {
+	path  string
+	index int
+	f     FileMeta
+}
+
+// planChunks reads the metas and lists the chunks the restore needs.
+func planChunks(ctx context.Context, o RestoreOptions) ([]chunkJob, error) {
+	var jobs []chunkJob
+	for _, mp := range o.MetaPaths {
+		m, err := readMeta(ctx, o.Bucket, mp)
+		if err != nil {
+			return nil, err
+		}
+		for i, f := range m.Files {
+			if f.IsMeta || f.Op != "put" || f.MinTS > o.TS || f.NumberOfEntries == 0 && f.RawLength == 0 {
+				continue
+			}
+			if o.Tables != nil && !o.Tables[f.TableID] {
+				continue
+			}
+			jobs = append(jobs, chunkJob{path: m.DataPath, index: i, f: f})
+		}
+	}
+	return jobs, nil
+}
+
+// readMeta reads and decodes one meta object.
+func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
+	rc, err := b.Get(ctx, path)
+	if err != nil {
+		return Meta{}, fmt.Errorf("read meta: %w", err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, 256<<20))
+	if err != nil {
+		return Meta{}, fmt.Errorf("read meta %s: %w", path, err)
+	}
+	m, err := DecodeMeta(raw)
+	if err != nil {
+		return Meta{}, fmt.Errorf("meta %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// entryBatch is a run of framed entries of one chunk, handed from a reader
+// goroutine to the restore loop.
+type entryBatch struct {
+	job  chunkJob
+	data []byte
+	done bool // last batch of the chunk, verified
+}
+
+// readChunks reads the jobs' chunks with o.Parallel goroutines, which
+// decompress, check and split them into batches of entries; fn sees every
+// entry on the calling goroutine. A chunk's entries are all delivered before
+// its checksum is known, so a corrupt chunk fails the whole restore.
+func readChunks(ctx context.Context, o RestoreOptions, jobs []chunkJob, fn func(j chunkJob, key, value []byte) error, st *RestoreStats) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobc := make(chan chunkJob)
+	batches := make(chan entryBatch, o.Parallel)
+	errc := make(chan error, o.Parallel+1)
+	var wg sync.WaitGroup
+	for range o.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobc {
+				if err := streamChunk(ctx, o.Bucket, j, batches); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobc)
+		for _, j := range jobs {
+			select {
+			case jobc <- j:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(batches) }()
+
+	var ferr error
+	for b := range batches {
+		if ferr != nil {
+			continue // drain so the readers can finish
+		}
+		rest := b.data
+		for len(rest) > 0 {
+			k, v, r, err := event.NextEntry(rest)
+			if err != nil {
+				ferr = fmt.Errorf("chunk %d of %s: %w", b.job.index, b.job.path, err)
+				cancel()
+				break
+			}
+			if err := fn(b.job, k, v); err != nil {
+				ferr = err
+				cancel()
+				break
+			}
+			rest = r
+		}
+		if b.done {
+			st.Chunks++
+			st.LogBytes += b.job.f.RawLength
+		}
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	if ferr != nil {
+		return ferr
+	}
+	return ctx.Err()
+}
+
+const batchSize = 1 << 20
+
+// streamChunk reads one chunk and sends its entries in batches of whole
+// entries; the last batch is sent only after the chunk verified.
+func streamChunk(ctx context.Context, b Bucket, j chunkJob, out chan<- entryBatch) error {
+	r, err := OpenChunk(ctx, b, j.path, j.index, j.f)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 256<<10)
+	var buf []byte
+	var hdr [4]byte
+	for {
+		n, err := io.ReadFull(br, hdr[:])
+		if errors.Is(err, io.EOF) && n == 0 {
+			break
+		}
+		if err != nil {
+			return chunkErr(j, err)
+		}
+		klen := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
+		buf = append(buf, hdr[:]...)
+		if buf, err = readN(br, buf, klen); err != nil {
+			return chunkErr(j, err)
+		}
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return chunkErr(j, err)
+		}
+		vlen := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
+		buf = append(buf, hdr[:]...)
+		if buf, err = readN(br, buf, vlen); err != nil {
+			return chunkErr(j, err)
+		}
+		if len(buf) >= batchSize {
+			select {
+			case out <- entryBatch{job: j, data: buf}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			buf = nil
+		}
+	}
+	select {
+	case out <- entryBatch{job: j, data: buf, done: true}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// readN appends n bytes of r to buf, growing it in steps so that a corrupt
+// length cannot allocate more than the chunk holds (the chunk reader stops at
+// raw_length+1 bytes).
+func readN(r io.Reader, buf []byte, n int) ([]byte, error) {
+	for n > 0 {
+		step := min(n, 1<<20)
+		buf = slicesGrow(buf, step)
+		m, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return buf, err
+		}
+		n -= step
+	}
+	return buf, nil
+}
+
+func slicesGrow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), 2*cap(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// chunkErr reports a chunk that ended inside an entry. A checksum error from
+// the chunk reader takes precedence: it names the object and chunk.
+func chunkErr(j chunkJob, err error) error {
+	var ce *ChecksumError
+	if errors.As(err, &ce) {
+		return err
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("chunk %d of %s: truncated entry", j.index, j.path)
+	}
+	return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
+}
+
+// writeTables runs the MVCC read over the sorted write records, joining
+// default-CF values, and writes the tables' jsonl files.
+func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64]bool, st *RestoreStats) error {
+	wit, err := writes.iter()
+	if err != nil {
+		return err
+	}
+	defer wit.Close()
+	dit, err := defaults.iter()
+	if err != nil {
+		return err
+	}
+	defer dit.Close()
+	out := &tableWriter{dir: o.OutDir, written: map[int64]bool{}}
+	defer out.close()
+
+	var (
+		decided  []byte // encoded key whose version has been chosen
+		dkey     []byte // current default-CF head
+		dval     []byte
+		dok      = true
+		lookup   []byte
+		line     []byte
+		defStart = true
+	)
+	for {
+		key, value, ok, err := wit.next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		encoded, commitTS, err := event.SplitDataKey(key)
+		if err != nil {
+			return err
+		}
+		if decided != nil && bytes.Equal(encoded, decided) {
+			continue // an older version, or a duplicate of the chosen one
+		}
+		// Lock and rollback records and ts > TS were dropped when read, so
+		// this is the newest visible put or delete of the key.
+		decided = append(decided[:0], encoded...)
+		w, err := event.DecodeWrite(value)
+		if err != nil {
+			return err
+		}
+		if w.Type == event.WriteDelete {
+			continue
+		}
+		val := w.ShortValue
+		if !w.HasShortValue {
+			lookup = append(append(lookup[:0], encoded...), tsBytes(w.StartTS)...)
+			for dok && (defStart || bytes.Compare(dkey, lookup) < 0) {
+				defStart = false
+				dkey, dval, dok, err = dit.next()
+				if err != nil {
+					return err
+				}
+			}
+			if !dok || !bytes.Equal(dkey, lookup) {
+				raw, _, _ := event.DecodeBytes(encoded)
+				tid, _ := event.TableIDOfRaw(raw)
+				return fmt.Errorf("restore: table %d: put at commit ts %d has no short value and no default-CF entry at start ts %d", tid, commitTS, w.StartTS)
+			}
+			val = dval
+		}
+		raw, _, err := event.DecodeBytes(encoded)
+		if err != nil {
+			return err
+		}
+		tid, ok := event.TableIDOfRaw(raw)
+		if !ok || o.Tables != nil && !o.Tables[tid] {
+			continue
+		}
+		line = appendLine(line[:0], raw, val, commitTS)
+		if err := out.write(tid, line); err != nil {
+			return err
+		}
+		st.Keys++
+	}
+	// Tables whose keys are all absent at TS restore as empty files.
+	for id := range tables {
+		if !out.written[id] {
+			if err := out.open(id); err != nil {
+				return err
+			}
+		}
+	}
+	st.Tables = len(out.written)
+	return out.close()
+}
+
+func tsBytes(ts uint64) []byte {
+	var b [8]byte
+	x := ^ts
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(x)
+		x >>= 8
+	}
+	return b[:]
+}
+
+func appendLine(b, raw, val []byte, ts uint64) []byte {
+	b = append(b, `{"key":"`...)
+	b = hex.AppendEncode(b, raw)
+	b = append(b, `","value":"`...)
+	b = base64.StdEncoding.AppendEncode(b, val)
+	b = append(b, `","commit_ts":`...)
+	b = strconv.AppendUint(b, ts, 10)
+	return append(b, "}\n"...)
+}
+
+// tableWriter writes the jsonl files. Keys come in raw key order, which
+// groups them by table (the table id is the key's big-endian prefix), so one
+// file is open at a time.
+type tableWriter struct {
+	dir     string
+	id      int64
+	f       *os.File
+	w       *bufio.Writer
+	written map[int64]bool
+}
+
+func (t *tableWriter) open(id int64) error {
+	if err := t.close(); err != nil {
+		return err
+	}
+	if t.written[id] {
+		return fmt.Errorf("restore: table %d: keys out of order", id)
+	}
+	f, err := os.Create(filepath.Join(t.dir, strconv.FormatInt(id, 10)+".jsonl"))
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	t.id, t.f, t.written[id] = id, f, true
+	if t.w == nil {
+		t.w = bufio.NewWriterSize(f, 256<<10)
+	} else {
+		t.w.Reset(f)
+	}
+	return nil
+}
+
+func (t *tableWriter) write(id int64, line []byte) error {
+	if t.f == nil || t.id != id {
+		if err := t.open(id); err != nil {
+			return err
+		}
+	}
+	if _, err := t.w.Write(line); err != nil {
+		return fmt.Errorf("restore: write table %d: %w", id, err)
+	}
+	return nil
+}
+
+func (t *tableWriter) close() error {
+	if t.f == nil {
+		return nil
+	}
+	err := t.w.Flush()
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	t.f = nil
+	if err != nil {
+		return fmt.Errorf("restore: write table %d: %w", t.id, err)
+	}
+	return nil
+}
