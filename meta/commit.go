@@ -1,0 +1,200 @@
+package meta
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PartitionCommit is what a flush cycle commits for one apply partition.
+type PartitionCommit struct {
+	Topic      string
+	Partition  int32
+	NextOffset int64 // offset:<topic>:<partition>
+	// Checkpoint is the min resolved ts of the partition's live regions,
+	// written to ckpt:<topic>:<partition> when HasCheckpoint is set.
+	Checkpoint    uint64
+	HasCheckpoint bool
+}
+
+// MetaRef is one committed meta object of a flow, a member of
+// metas:<flow_id>.
+type MetaRef struct {
+	FlowID FlowID
+	Path   string // full object name of the meta JSON
+	// MinResolvedTS is the meta's min_resolved_ts. It is stored as the
+	// sorted set score, a float64, so values past 2^53 (every real TSO) come
+	// back rounded: order by score then path, and take exact values from
+	// the meta object itself.
+	MinResolvedTS uint64
+}
+
+// Commit is one flush cycle's commit (DESIGN section 7).
+type Commit struct {
+	// Leases are the leases the committing member holds; every one is
+	// checked. Each PartitionCommit must have its lease here.
+	Leases     []Lease
+	Partitions []PartitionCommit
+	Metas      []MetaRef
+	// LastFlushTS is written as last_flush_ts of every flow of Flows that
+	// still exists (a dropped flow's state is not recreated).
+	LastFlushTS uint64
+	Flows       []FlowID
+}
+
+// Commit makes a flush cycle durable, or refuses it entirely.
+//
+// Why a zombie cannot commit: the commit is one transaction that WATCHes
+// every lease key of c.Leases, reads them, and returns a *LeaseLostError
+// (writing nothing) if any is no longer held by the same member at the same
+// epoch. AcquireLease by a new owner changes the lease hash, so it either
+// happens before the read (the check fails) or between the read and EXEC
+// (the EXEC fails, the retry reads the new lease and the check fails). The
+// offsets, checkpoints, manifest entries and flow states are queued in the
+// same MULTI, so either all of a cycle is committed or none of it, and its
+// objects stay unreferenced.
+//
+// Metas are added even for flows that were dropped meanwhile: a dropped
+// flow's backup stays restorable by id. ZADD of a path already listed only
+// rewrites its score, so a retried commit does not list a meta twice.
+func (s *Store) Commit(ctx context.Context, c Commit) error {
+	k := s.keys
+	held := make(map[string]Lease, len(c.Leases))
+	watch := make([]string, 0, len(c.Leases)+len(c.Flows))
+	for _, l := range c.Leases {
+		key := k.Lease(l.Topic, l.Partition)
+		held[key] = l
+		watch = append(watch, key)
+	}
+	for _, p := range c.Partitions {
+		if _, ok := held[k.Lease(p.Topic, p.Partition)]; !ok {
+			return fmt.Errorf("commit: partition %s/%d has no lease in the commit", p.Topic, p.Partition)
+		}
+	}
+	for _, id := range c.Flows {
+		watch = append(watch, k.FlowInfo(id))
+	}
+	err := s.txn(ctx, "commit", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		for _, l := range c.Leases {
+			member, epoch, err := readLease(ctx, tx, k.Lease(l.Topic, l.Partition))
+			if err != nil {
+				return nil, err
+			}
+			if member != l.Member || epoch != l.Epoch {
+				return nil, &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
+			}
+		}
+		live, err := existingFlows(ctx, tx, k, c.Flows)
+		if err != nil {
+			return nil, err
+		}
+		return func(p redis.Pipeliner) error {
+			for _, pc := range c.Partitions {
+				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
+				if pc.HasCheckpoint {
+					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
+				}
+			}
+			for _, m := range c.Metas {
+				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
+			}
+			for _, id := range live {
+				p.HSet(ctx, k.FlowState(id), "last_flush_ts", u64(c.LastFlushTS))
+			}
+			return nil
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// existingFlows returns the ids of flows whose flow:info key exists.
+func existingFlows(ctx context.Context, c redis.Cmdable, k Keys, ids []FlowID) ([]FlowID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Exists(ctx, k.FlowInfo(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("exists flow infos: %w", err)
+	}
+	var live []FlowID
+	for i, cmd := range cmds {
+		if cmd.Val() > 0 {
+			live = append(live, ids[i])
+		}
+	}
+	return live, nil
+}
+
+// Offset returns the committed next offset of an apply partition, and false
+// if none was committed.
+func (s *Store) Offset(ctx context.Context, topic string, partition int32) (int64, bool, error) {
+	return getOffset(ctx, s.rdb, s.keys.Offset(topic, partition))
+}
+
+// PartitionCheckpoints returns the committed checkpoint of each of
+// partitions that has one; partitions without one are absent from the map.
+func (s *Store) PartitionCheckpoints(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, error) {
+	out := make(map[int32]uint64, len(partitions))
+	if len(partitions) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(partitions))
+	for i, p := range partitions {
+		keys[i] = s.keys.Ckpt(topic, p)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("mget checkpoints of %s: %w", topic, err)
+	}
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue
+		}
+		ts, err := strconv.ParseUint(str, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s = %q: %w", keys[i], str, err)
+		}
+		out[partitions[i]] = ts
+	}
+	return out, nil
+}
+
+// Metas returns the committed meta objects of flow id, ordered by
+// min_resolved_ts (as the float64 score) then path. MinResolvedTS is the
+// rounded score; see MetaRef.
+func (s *Store) Metas(ctx context.Context, id FlowID) ([]MetaRef, error) {
+	key := s.keys.Metas(id)
+	zs, err := s.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("zrange %s: %w", key, err)
+	}
+	out := make([]MetaRef, 0, len(zs))
+	for _, z := range zs {
+		path, _ := z.Member.(string)
+		out = append(out, MetaRef{FlowID: id, Path: path, MinResolvedTS: uint64(z.Score)})
+	}
+	// Redis already orders by score then member; sort anyway so the order
+	// is this function's contract. uint64(score) keeps the score's order.
+	slices.SortFunc(out, func(a, b MetaRef) int {
+		if c := cmp.Compare(a.MinResolvedTS, b.MinResolvedTS); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Path, b.Path)
+	})
+	return out, nil
+}
