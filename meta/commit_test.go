@@ -138,7 +138,6 @@ func TestCommitLeaseFencing(t *testing.T) {
 	})
 }
 
-
 func TestMetasOrder(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.StartRedis(t).Client(t)
