@@ -160,10 +160,19 @@ func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
 	}
 	m, err := DecodeMeta(raw)
 	if err != nil {
-		return Meta{}, fmt.Errorf("meta %s: %w", path, err)
+		return Meta{}, &badMetaError{path: path, err: err}
 	}
 	return m, nil
 }
+
+// badMetaError is a meta object that exists but does not decode.
+type badMetaError struct {
+	path string
+	err  error
+}
+
+func (e *badMetaError) Error() string { return fmt.Sprintf("meta %s: %v", e.path, e.err) }
+func (e *badMetaError) Unwrap() error { return e.err }
 
 // entryBatch is a run of framed entries of one chunk, handed from a reader
 // goroutine to the restore loop.

@@ -55,6 +55,13 @@ func dput(table, handle int64, start uint64, v []byte) kv {
 // (table, cf, op), then its meta. It returns the meta path.
 func writeBackup(t testing.TB, b sink.Bucket, cycle string, compression string, evs []kv) string {
 	t.Helper()
+	return writeBackupWith(t, b, cycle, compression, evs, nil)
+}
+
+// writeBackupWith is writeBackup with mod applied to the meta before it is
+// stored.
+func writeBackupWith(t testing.TB, b sink.Bucket, cycle string, compression string, evs []kv, mod func(*sink.Meta)) string {
+	t.Helper()
 	type group struct {
 		table  int64
 		cf, op string
@@ -96,6 +103,9 @@ func writeBackup(t testing.TB, b sink.Bucket, cycle string, compression string, 
 	ctx := context.Background()
 	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
 		t.Fatal(err)
+	}
+	if mod != nil {
+		mod(&m)
 	}
 	mb, err := sink.EncodeMeta(m)
 	if err != nil {
