@@ -1,0 +1,122 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Flow is one flow as the router sees it: its id, definition and runtime
+// status (StatusActive or StatusFatal; "" if it has no state yet). A Flow
+// belongs to an immutable registry snapshot and must not be modified.
+type Flow struct {
+	ID     FlowID
+	Info   FlowInfo
+	Status string
+}
+
+// registrySnapshot is one immutable view of the flows.
+type registrySnapshot struct {
+	flows   []*Flow // sorted by id
+	byID    map[FlowID]*Flow
+	byTable map[uint32][]*Flow // each sorted by id
+}
+
+// Registry is the in-memory table -> flows map the router reads on its hot
+// path. Readers load an immutable snapshot through an atomic pointer and
+// never lock; Refresh builds a new snapshot from Redis and swaps it in.
+type Registry struct {
+	s    *Store
+	mu   sync.Mutex // serializes Refresh
+	snap atomic.Pointer[registrySnapshot]
+}
+
+// NewRegistry returns an empty registry over s; call Refresh to load it.
+func NewRegistry(s *Store) *Registry {
+	r := &Registry{s: s}
+	r.snap.Store(&registrySnapshot{byID: map[FlowID]*Flow{}, byTable: map[uint32][]*Flow{}})
+	return r
+}
+
+// Refresh reloads every flow from Redis (the flows set, then each flow's
+// info and status in one pipeline) and swaps in the new snapshot. A flow
+// listed in the set whose info is gone (dropped meanwhile) is left out. On
+// error the previous snapshot stays.
+func (r *Registry) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids, err := r.s.AllFlows(ctx)
+	if err != nil {
+		return fmt.Errorf("refresh registry: %w", err)
+	}
+	k := r.s.keys
+	infos := make([]*redis.StringCmd, len(ids))
+	states := make([]*redis.StringCmd, len(ids))
+	if len(ids) > 0 {
+		_, err = r.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				infos[i] = p.Get(ctx, k.FlowInfo(id))
+				states[i] = p.HGet(ctx, k.FlowState(id), "status")
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("refresh registry: read flows: %w", err)
+		}
+	}
+	snap := &registrySnapshot{
+		flows:   make([]*Flow, 0, len(ids)),
+		byID:    make(map[FlowID]*Flow, len(ids)),
+		byTable: map[uint32][]*Flow{},
+	}
+	for i, id := range ids {
+		v, err := infos[i].Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("refresh registry: get info of flow %d: %w", id, err)
+		}
+		info, err := decodeInfo(k.FlowInfo(id), v)
+		if err != nil {
+			return fmt.Errorf("refresh registry: %w", err)
+		}
+		status, err := states[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("refresh registry: status of flow %d: %w", id, err)
+		}
+		f := &Flow{ID: id, Info: info, Status: status}
+		snap.flows = append(snap.flows, f)
+		snap.byID[id] = f
+		for _, t := range slices.Compact(slices.Sorted(slices.Values(info.SourceTableIDs))) {
+			snap.byTable[t] = append(snap.byTable[t], f)
+		}
+	}
+	r.snap.Store(snap)
+	return nil
+}
+
+// ForTable returns the flows whose source tables include table, sorted by
+// id, whatever their status; nil if there are none or table is not a valid
+// uint32 table id. The slice is shared: do not modify it.
+func (r *Registry) ForTable(table int64) []*Flow {
+	if table < 0 || table > int64(^uint32(0)) {
+		return nil
+	}
+	return r.snap.Load().byTable[uint32(table)]
+}
+
+// Flows returns every flow, sorted by id. The slice is shared: do not
+// modify it.
+func (r *Registry) Flows() []*Flow { return r.snap.Load().flows }
+
+// Flow returns flow id, and false if the registry does not know it.
+func (r *Registry) Flow(id FlowID) (*Flow, bool) {
+	f, ok := r.snap.Load().byID[id]
+	return f, ok
+}
