@@ -266,11 +266,12 @@ func waitForHTTP(addr, path string) func(p *proc, from int64) error {
 
 // startBroker starts a kfake broker process with the apply topic of
 // partitions partitions and the DDL and DLQ topics; its state persists in a
-// data dir across Restart. The broker's address is p.Addr.
-func startBroker(t testing.TB, partitions int) *proc {
+// data dir across Restart (add "--sync" to extra for state that also
+// survives Kill). The broker's address is p.Addr.
+func startBroker(t testing.TB, partitions int, extra ...string) *proc {
 	t.Helper()
-	p := newProc(t, "kfakebroker", binary(t, "kfakebroker"),
-		"--port", "0", "--apply-partitions", strconv.Itoa(partitions), "--data-dir", t.TempDir())
+	args := []string{"--port", "0", "--apply-partitions", strconv.Itoa(partitions), "--data-dir", t.TempDir()}
+	p := newProc(t, "kfakebroker", binary(t, "kfakebroker"), append(args, extra...)...)
 	p.ready = waitForLine("kfake listening on ")
 	p.Start()
 	return p
