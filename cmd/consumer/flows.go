@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
+)
+
+// tsTime renders a TSO as the UTC wall time of its physical part.
+func tsTime(ts uint64) string {
+	if ts == 0 {
+		return "-"
+	}
+	return event.PhysicalTime(ts).UTC().Format(time.RFC3339Nano)
+}
+
+// flowRow is one line of `consumer flows`.
+type flowRow struct {
+	ID             uint32   `json:"id"`
+	Catalog        string   `json:"catalog"`
+	Name           string   `json:"name"`
+	Tables         []uint32 `json:"tables"`
+	State          string   `json:"state"`
+	Error          string   `json:"error,omitempty"`
+	CheckpointTS   uint64   `json:"checkpoint_ts"`
+	CheckpointTime string   `json:"checkpoint_time"`
+	LastFlushTS    uint64   `json:"last_flush_ts"`
+	LastFlushTime  string   `json:"last_flush_time"`
+	Metas          int      `json:"metas"`
+}
+
+// listFlows reads every flow with its state.
+func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
+	ids, err := st.AllFlows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	rows := make([]flowRow, 0, len(ids))
+	for _, id := range ids {
+		info, ok, err := st.FlowInfo(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // dropped between the two reads
+		}
+		row := flowRow{ID: id, Catalog: info.CatalogName, Name: info.FlowName, Tables: info.SourceTableIDs, State: "-"}
+		s, err := st.FlowState(ctx, id)
+		switch {
+		case err == nil:
+			row.State, row.Error, row.CheckpointTS, row.LastFlushTS = s.Status, s.Error, s.CheckpointTS, s.LastFlushTS
+		case !errors.Is(err, meta.ErrFlowNotFound):
+			return nil, err
+		}
+		row.CheckpointTime, row.LastFlushTime = tsTime(row.CheckpointTS), tsTime(row.LastFlushTS)
+		refs, err := st.Metas(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		row.Metas = len(refs)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func runFlows(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("consumer flows", flag.ContinueOnError)
+	var (
+		conn   connConfig
+		asJSON bool
+	)
+	conn.RegisterFlags(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if err := conn.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	st, closeStore, err := conn.openStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	rows, err := listFlows(ctx, st)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	printFlows(rows)
+	return nil
+}
+
+func printFlows(rows []flowRow) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFLOW\tTABLES\tSTATE\tCHECKPOINT TS\tCHECKPOINT TIME (UTC)\tLAST FLUSH (UTC)\tMETAS")
+	for _, r := range rows {
+		tables := make([]string, len(r.Tables))
+		for i, t := range r.Tables {
+			tables[i] = fmt.Sprint(t)
+		}
+		state := r.State
+		if r.Error != "" {
+			state += ": " + r.Error
+		}
+		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
+			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas)
+	}
+	tw.Flush()
+}

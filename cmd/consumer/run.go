@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/internal/dlq"
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/sink"
+	"github.com/flowlog/flowlog/sink/gcs"
+)
+
+// runConfig is everything `consumer run` takes.
+type runConfig struct {
+	conn       connConfig
+	pipe       pipeline.Config
+	HTTPAddr   string
+	LogFormat  string
+	RedactLogs bool
+}
+
+func (c *runConfig) RegisterFlags(f *flag.FlagSet) {
+	c.conn.RegisterFlags(f)
+	c.pipe.RegisterFlags(f)
+	f.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz, /status and POST /flush (empty: off)")
+	f.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
+	f.BoolVar(&c.RedactLogs, "redact-logs", true, "keep record keys and values out of logs")
+}
+
+func (c *runConfig) Validate() error {
+	var errs []error
+	errs = append(errs, c.conn.Validate(), c.pipe.Validate())
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format: %q is neither json nor text", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func runRun(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("consumer run", flag.ContinueOnError)
+	var cfg runConfig
+	cfg.RegisterFlags(fs)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := newLogger(cfg.LogFormat)
+	ctx, stop := signalContext(ctx, log)
+	defer stop()
+	return serve(ctx, cfg, log, nil)
+}
+
+func newLogger(format string) *slog.Logger {
+	var h slog.Handler
+	if format == "text" {
+		h = slog.NewTextHandler(os.Stderr, nil)
+	} else {
+		h = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	return slog.New(h)
+}
+
+// signalContext is canceled by the first SIGTERM/SIGINT (graceful: finish
+// the cycle in flight, flush, commit, leave the group); a second one exits
+// at once without committing anything not yet committed.
+func signalContext(parent context.Context, log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-ch
+		if !ok {
+			return
+		}
+		log.Info("signal received: flushing, committing and leaving the group; signal again to exit at once", "signal", sig.String())
+		cancel()
+		if _, ok := <-ch; ok {
+			log.Warn("second signal: exiting without committing")
+			os.Exit(130)
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
+}
+
+// serve builds the parts from cfg and runs the consumer until ctx ends.
+// onReady, if set, is called once the HTTP listener is up.
+func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(httpAddr string)) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rdb, err := cfg.conn.Redis.NewClient()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer rdb.Close()
+	store := meta.NewStore(rdb, cfg.conn.Redis.Prefix, reg)
+	registry := meta.NewRegistry(store)
+
+	kopts, err := cfg.conn.Kafka.Opts()
+	if err != nil {
+		return err
+	}
+	kmetrics := kprom.NewMetrics("flowlog", kprom.Registerer(reg), kprom.Gatherer(reg))
+	kopts = append(kopts, kgo.WithHooks(kmetrics))
+
+	dlqClient, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
+		kgo.DefaultProduceTopic(cfg.conn.Kafka.DLQTopic), kgo.RequiredAcks(kgo.AllISRAcks()))...)
+	if err != nil {
+		return fmt.Errorf("kafka dlq client: %w", err)
+	}
+	defer dlqClient.Close()
+	dlqw := dlq.New(dlqClient, cfg.conn.Kafka.DLQTopic, reg)
+
+	applier, err := meta.NewApplier(store, registry, meta.ApplierConfig{
+		Topic: cfg.conn.Kafka.DDLTopic, KafkaOpts: kopts, DLQ: dlqw, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return fmt.Errorf("ddl applier: %w", err)
+	}
+	defer applier.Close()
+
+	gb, err := gcs.New(ctx, cfg.conn.GCS)
+	if err != nil {
+		return fmt.Errorf("gcs: %w", err)
+	}
+	bucket := sink.WithMetrics(gb, reg)
+	defer bucket.Close()
+
+	if err := registry.Refresh(ctx); err != nil {
+		return fmt.Errorf("load flows from redis: %w", err)
+	}
+	cons, err := pipeline.New(cfg.pipe, pipeline.Deps{
+		ApplyTopic: cfg.conn.Kafka.ApplyTopic, Group: cfg.conn.Group, KafkaOpts: kopts,
+		Store: store, Registry: registry, Applier: applier, Bucket: bucket,
+		GCSPrefix: cfg.conn.GCS.Prefix, DLQ: dlqw, Logger: log, Registerer: reg, RedactLogs: cfg.RedactLogs,
+	})
+	if err != nil {
+		return err
+	}
+
+	ready := func(ctx context.Context) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		if err := dlqClient.Ping(ctx); err != nil {
+			return fmt.Errorf("kafka: %w", err)
+		}
+		if err := bucket.Iter(ctx, cfg.conn.GCS.Prefix+"/.readyz", func(string) error { return nil }); err != nil {
+			return fmt.Errorf("gcs: %w", err)
+		}
+		return nil
+	}
+	var srv *http.Server
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("http listen: %w", err)
+		}
+		srv = &http.Server{Handler: pipeline.Handler(cons, reg, ready), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "err", err)
+			}
+		}()
+		log.Info("http listening", "addr", ln.Addr().String())
+		if onReady != nil {
+			onReady(ln.Addr().String())
+		}
+	} else if onReady != nil {
+		onReady("")
+	}
+
+	log.Info("consumer starting", "group", cfg.conn.Group, "apply_topic", cfg.conn.Kafka.ApplyTopic,
+		"ddl_topic", cfg.conn.Kafka.DDLTopic, "bucket", cfg.conn.GCS.Bucket, "flows", len(registry.Flows()))
+	err = cons.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("consumer stopped cleanly")
+	return nil
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/sink"
+)
+
+func runVerify(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("consumer verify", flag.ContinueOnError)
+	var (
+		conn     connConfig
+		flowName string
+		flowID   uint
+		asJSON   bool
+	)
+	conn.RegisterFlags(fs)
+	addFlowFlags(fs, &flowName, &flowID)
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if err := conn.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	st, closeStore, err := conn.openStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	b, err := conn.openBucket(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ref, err := resolveFlow(ctx, st, conn.GCS.Prefix, flowName, flowID)
+	if err != nil {
+		return err
+	}
+	// A dropped flow has no checkpoint in Redis to compare with.
+	var ckptObject string
+	var redisCkpt uint64
+	if !ref.Dropped {
+		s, err := st.FlowState(ctx, ref.ID)
+		if err != nil {
+			return err
+		}
+		redisCkpt = s.CheckpointTS
+		ckptObject = sink.CheckpointPath(conn.GCS.Prefix, ref.Catalog, ref.Name, conn.Group)
+	}
+	r, err := sink.Verify(ctx, b, ref.Metas, ckptObject, redisCkpt)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		FlowID  uint32 `json:"flow_id"`
+		Catalog string `json:"catalog"`
+		Flow    string `json:"flow"`
+		Dropped bool   `json:"dropped"`
+		OK      bool   `json:"ok"`
+		sink.VerifyReport
+	}{ref.ID, ref.Catalog, ref.Name, ref.Dropped, r.OK(), r}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Printf("flow %s/%s (id %d)%s\n", ref.Catalog, ref.Name, ref.ID, map[bool]string{true: " [dropped]"}[ref.Dropped])
+		fmt.Printf("  metas %d, data objects %d, chunks checked %d (%.1f MiB)\n", r.Metas, r.DataObjects, r.Chunks, float64(r.ChunkBytes)/(1<<20))
+		if ckptObject != "" {
+			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
+		}
+		for _, f := range r.Faults {
+			fmt.Printf("  FAULT: %s\n", f)
+		}
+		if r.OK() {
+			fmt.Println("  OK")
+		}
+	}
+	if !r.OK() {
+		return exitError{code: 1, msg: fmt.Sprintf("verify: %d faults", len(r.Faults))}
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package pipeline
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/flowlog/flowlog/internal/cli"
+)
+
+// Config is the pipeline's part of `consumer run`.
+type Config struct {
+	TempDir        string
+	FlushSize      cli.Size
+	FlushInterval  time.Duration
+	MaxTempBytes   cli.Size
+	MaxValueSize   cli.Size
+	RegionTTL      time.Duration
+	StartOffset    string // earliest | latest
+	StoreID        string
+	Compression    string // none | zstd
+	UploadParallel int
+	FatalAfter     int // consecutive failed cycles that make a flow fatal
+	RetryBackoff   time.Duration
+	MaxRetryDelay  time.Duration
+	// ShutdownTimeout bounds the final flush on SIGTERM.
+	ShutdownTimeout time.Duration
+}
+
+// RegisterFlags registers the pipeline flags on f.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	host := defaultStoreID()
+	c.FlushSize = 128 << 20
+	c.MaxTempBytes = 4 << 30
+	c.MaxValueSize = 8 << 20
+	f.StringVar(&c.TempDir, "temp-dir", "./flowlog-temp", "directory for per-table temp files (leftovers are removed at start)")
+	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
+	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
+	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
+	f.Var(&c.MaxValueSize, "max-value-size", "apply events with a key or value larger than this go to the DLQ")
+	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
+	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")
+	f.StringVar(&c.StoreID, "store-id", host, "identifies this instance in object metadata and cycle ids")
+	f.StringVar(&c.Compression, "compression", "zstd", "chunk compression in data objects: none or zstd")
+	f.IntVar(&c.UploadParallel, "upload-parallelism", 4, "flows uploaded at once in a flush cycle")
+	f.IntVar(&c.FatalAfter, "fatal-after", 30, "consecutive failed flush cycles that make a flow fatal")
+	f.DurationVar(&c.RetryBackoff, "retry-backoff", 500*time.Millisecond, "first delay before retrying a failed flush cycle (doubles, jittered)")
+	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", time.Minute, "how long a graceful stop waits for the final flush before giving up (nothing is lost: uncommitted data is consumed again)")
+	f.DurationVar(&c.MaxRetryDelay, "max-retry-delay", 30*time.Second, "largest delay between retries of a failed flush cycle")
+}
+
+// Validate reports every problem with c.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.TempDir == "" {
+		errs = append(errs, errors.New("--temp-dir: must not be empty"))
+	}
+	if c.FlushSize <= 0 {
+		errs = append(errs, errors.New("--flush-size: must be positive"))
+	}
+	if c.FlushInterval <= 0 {
+		errs = append(errs, errors.New("--flush-interval: must be positive"))
+	}
+	if c.MaxTempBytes < c.FlushSize {
+		errs = append(errs, fmt.Errorf("--max-temp-bytes (%d) must be at least --flush-size (%d)", c.MaxTempBytes, c.FlushSize))
+	}
+	if c.MaxValueSize <= 0 {
+		errs = append(errs, errors.New("--max-value-size: must be positive"))
+	}
+	if c.RegionTTL <= 0 {
+		errs = append(errs, errors.New("--region-ttl: must be positive"))
+	}
+	if c.StartOffset != "earliest" && c.StartOffset != "latest" {
+		errs = append(errs, fmt.Errorf("--start-offset: %q is neither earliest nor latest", c.StartOffset))
+	}
+	if !validID(c.StoreID) {
+		errs = append(errs, fmt.Errorf("--store-id: %q must match [A-Za-z0-9_-]{1,64}", c.StoreID))
+	}
+	if c.Compression != "none" && c.Compression != "zstd" {
+		errs = append(errs, fmt.Errorf("--compression: %q is neither none nor zstd", c.Compression))
+	}
+	if c.UploadParallel < 1 {
+		errs = append(errs, errors.New("--upload-parallelism: must be at least 1"))
+	}
+	if c.FatalAfter < 1 {
+		errs = append(errs, errors.New("--fatal-after: must be at least 1"))
+	}
+	if c.RetryBackoff <= 0 || c.MaxRetryDelay < c.RetryBackoff {
+		errs = append(errs, errors.New("--retry-backoff must be positive and at most --max-retry-delay"))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("--shutdown-timeout: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// defaultStoreID is the hostname with characters outside [A-Za-z0-9_-]
+// replaced by '-', cut to 64 bytes.
+func defaultStoreID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "flowlog"
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,194 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flowlog/flowlog/internal/dlq"
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// Deps are the parts a Consumer is built from; cmd/consumer assembles them.
+type Deps struct {
+	ApplyTopic string
+	Group      string
+	KafkaOpts  []kgo.Opt // connection options (seeds, TLS, SASL)
+	Store      *meta.Store
+	Registry   *meta.Registry
+	Applier    *meta.Applier
+	Bucket     sink.Bucket
+	GCSPrefix  string
+	DLQ        *dlq.Writer
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	RedactLogs bool // keep record keys and values out of logs (default on)
+}
+
+// Consumer is the data path of DESIGN section 5 and the commit protocol of
+// section 7. It joins the consumer group on the apply topic; every polled
+// batch first passes the DDL barrier (Applier.CatchUp), then its events are
+// routed to per-table temp files. A flush cycle freezes the files together
+// with the consumed offsets and region resolved ts, uploads one data and one
+// meta object per flow, and only then commits in Redis (fenced by the
+// partition leases), in Kafka, and advances the global checkpoint.
+//
+// Why nothing is lost or duplicated:
+//   - offsets only move in Redis in the same transaction that references the
+//     objects holding every record below them, and only while this member's
+//     leases are intact; a crash before it leaves the objects unreferenced
+//     and the records are consumed again from the last committed offset;
+//   - a partition always restarts at the Redis offset (the Kafka commit is
+//     advisory), so a record is in exactly one referenced cycle;
+//   - a zombie that lost a partition fails the lease check and its objects
+//     stay unreferenced; it then drops its state and rejoins.
+type Consumer struct {
+	cfg Config
+	d   Deps
+	log *slog.Logger
+	m   *metrics
+
+	cycleSeq atomic.Uint64
+
+	mu      sync.Mutex
+	cur     *session // the running session, for Flush and Status
+	lastCyc CycleStatus
+	fatal   map[meta.FlowID]bool
+}
+
+// New validates cfg and returns a Consumer. Leftover temp files of an earlier
+// process are removed.
+func New(cfg Config, d Deps) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if err := cleanTempDir(cfg.TempDir); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}, nil
+}
+
+// Run consumes until ctx is canceled, then finishes the cycle in flight,
+// flushes and commits what it holds, leaves the group and returns nil. A
+// session that loses a lease (it was fenced) is dropped and a new one joins.
+func (c *Consumer) Run(ctx context.Context) error {
+	for {
+		err := c.runSession(ctx)
+		if errors.Is(err, meta.ErrLeaseLost) && ctx.Err() == nil {
+			c.log.Warn("fenced: a partition lease moved to another member; dropping uncommitted state and rejoining", "err", err)
+			if err := cleanTempDir(c.cfg.TempDir); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// Flush starts a flush cycle now and waits until it is committed (POST
+// /flush). It returns an error if no session is running or the cycle fails.
+func (c *Consumer) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	s := c.cur
+	c.mu.Unlock()
+	if s == nil {
+		return errors.New("flush: consumer is not running")
+	}
+	done := make(chan error, 1)
+	select {
+	case s.flushReq <- done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopped:
+		return errors.New("flush: session ended")
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Consumer) runSession(ctx context.Context) error {
+	s := &session{
+		c:        c,
+		parts:    map[int32]*partState{},
+		flushReq: make(chan chan error),
+		stopped:  make(chan struct{}),
+		router:   NewRouter(c.d.Registry),
+	}
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
+	reset := kgo.NewOffset().AtStart()
+	if c.cfg.StartOffset == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := append([]kgo.Opt{}, c.d.KafkaOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(c.d.Group),
+		kgo.ConsumeTopics(c.d.ApplyTopic),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.AdjustFetchOffsetsFn(s.adjustOffsets),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
+		kgo.FetchMaxBytes(64<<20),
+		kgo.FetchMaxPartitionBytes(16<<20),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	s.cl = cl
+	s.adm = kadm.NewClient(cl)
+	s.fl = newFlusher(c, s)
+	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))
+	flDone := make(chan struct{})
+	go func() { defer close(flDone); s.fl.run(flCtx) }()
+
+	c.mu.Lock()
+	c.cur = s
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.cur = nil
+		c.mu.Unlock()
+		close(s.stopped)
+	}()
+
+	err = s.loop(ctx)
+	if err == nil {
+		// Graceful stop: a final cycle of everything held, waited for.
+		s.mu.Lock()
+		cyc := s.freeze(triggerShutdown)
+		s.mu.Unlock()
+		wctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+		if werr := s.fl.waitCtx(wctx, cyc); werr != nil {
+			err = fmt.Errorf("final flush (uncommitted data is consumed again on restart): %w", werr)
+		}
+		cancel()
+	}
+	s.fl.close()
+	if err != nil {
+		flCancel()
+	}
+	<-flDone
+	flCancel()
+	cl.Close() // leaves the group; revoke callbacks find nothing left to flush
+	s.dropAll()
+	return err
+}

@@ -1,0 +1,13 @@
+package pipeline
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// MetricEventsWritten exposes events_total{result="written"} to tests.
+func (c *Consumer) MetricEventsWritten() prometheus.Collector {
+	return c.m.events.WithLabelValues(resultWritten, "")
+}
+
+// MetricFlowFatal exposes flow_fatal{flow} to tests.
+func (c *Consumer) MetricFlowFatal(flow string) prometheus.Collector {
+	return c.m.flowFatal.WithLabelValues(flow)
+}

@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the pipeline's series of DESIGN section 9. Label values are
+// bounded: results and reasons are constants of this package and the event
+// decoder, flows are "catalog/name" of registered flows, partitions those of
+// the apply topic.
+type metrics struct {
+	events         *prometheus.CounterVec
+	batchSeconds   prometheus.Histogram
+	tempWrite      *prometheus.HistogramVec
+	tempBytes      *prometheus.GaugeVec
+	flushDuration  *prometheus.HistogramVec
+	objectBytes    prometheus.Histogram
+	flushFailures  *prometheus.CounterVec
+	flowFatal      *prometheus.GaugeVec
+	checkpointTS   *prometheus.GaugeVec
+	checkpointLag  *prometheus.GaugeVec
+	consumerLag    *prometheus.GaugeVec
+	cyclesTotal    *prometheus.CounterVec
+	inflightCycles prometheus.Gauge
+}
+
+// Event results of events_total.
+const (
+	resultWritten = "written"
+	resultSkipped = "skipped"
+	resultDLQ     = "dlq"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns = "flowlog"
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "events_total",
+			Help: "Apply events handled, by result (written, skipped, dlq) and reason (empty for written).",
+		}, []string{"result", "reason"}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "batch_handle_seconds",
+			Help:    "Time to decode, route and write one polled batch of apply records.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		tempWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "tempfile_write_seconds",
+			Help:    "Temp file work by stage: append (one record's entries), freeze (rotating a generation), close (final write and sync).",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10),
+		}, []string{"stage"}),
+		tempBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "temp_bytes",
+			Help: "Bytes in temp files not yet flushed (current and frozen), by flow.",
+		}, []string{"flow"}),
+		flushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "flush_duration_seconds",
+			Help:    "Flush cycle time by stage: upload, commit (Redis), kafka_commit, checkpoint, total.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}, []string{"stage"}),
+		objectBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "flush_object_bytes",
+			Help:    "Size of data objects uploaded.",
+			Buckets: prometheus.ExponentialBuckets(1024, 4, 12),
+		}),
+		flushFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "flush_failures_total",
+			Help: "Failed uploads of a flow's objects in a flush cycle.",
+		}, []string{"flow"}),
+		flowFatal: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "flow_fatal",
+			Help: "1 while a flow is fatal (too many consecutive failed cycles; fetching stopped), else 0.",
+		}, []string{"flow"}),
+		checkpointTS: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "checkpoint_ts",
+			Help: "Global checkpoint of a flow as a TSO (every covered event with commit ts <= it is backed up).",
+		}, []string{"flow"}),
+		checkpointLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "checkpoint_lag_seconds",
+			Help: "Wall time now minus the physical time of a flow's global checkpoint.",
+		}, []string{"flow"}),
+		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "consumer_lag_records",
+			Help: "Records between this consumer's position and the partition's high watermark.",
+		}, []string{"topic", "partition"}),
+		cyclesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "flush_cycles_total",
+			Help: "Flush cycles by trigger (size, interval, revoke, ddl, shutdown, request) and result (ok, failed, fenced).",
+		}, []string{"trigger", "result"}),
+		inflightCycles: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "flush_cycles_inflight",
+			Help: "Frozen flush cycles not yet committed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.flushDuration,
+			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
+			m.consumerLag, m.cyclesTotal, m.inflightCycles)
+	}
+	for _, r := range []string{reasonLockCF, reasonNoTbl, reasonNoFlow} {
+		m.events.WithLabelValues(resultSkipped, r)
+	}
+	m.events.WithLabelValues(resultWritten, "")
+	for _, s := range []string{"append", "freeze", "close"} {
+		m.tempWrite.WithLabelValues(s)
+	}
+	for _, s := range []string{"upload", "commit", "kafka_commit", "checkpoint", "total"} {
+		m.flushDuration.WithLabelValues(s)
+	}
+	return m
+}
+
+// flowLabel is the flow label value: "catalog/name".
+func flowLabel(catalog, name string) string { return catalog + "/" + name }

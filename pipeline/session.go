@@ -1,0 +1,494 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/meta"
+)
+
+// Flush triggers, the trigger label of flush_cycles_total.
+const (
+	triggerSize     = "size"
+	triggerInterval = "interval"
+	triggerRevoke   = "revoke"
+	triggerDDL      = "ddl"
+	triggerShutdown = "shutdown"
+	triggerRequest  = "request"
+)
+
+// session is one membership of the consumer group: a kgo client, the
+// partitions it owns and their temp files. The consume loop owns it; the
+// rebalance callbacks run only while the loop is inside PollFetches
+// (BlockRebalanceOnPoll), and mu makes that hand-over explicit.
+type session struct {
+	c      *Consumer
+	cl     *kgo.Client
+	adm    *kadm.Client
+	fl     *flusher
+	router *Router
+
+	mu      sync.Mutex
+	parts   map[int32]*partState
+	gen     *generation
+	genSeq  uint64
+	last    time.Time // last freeze
+	closing bool
+	paused  bool
+
+	flushReq chan chan error
+	stopped  chan struct{}
+
+	batch  event.Batch
+	parsed []parsedEvent
+}
+
+type parsedEvent struct {
+	ev      *event.Event
+	ts      uint64
+	beginTS uint64
+	table   int64
+	isMeta  bool
+	flows   []*meta.Flow
+	skip    string
+}
+
+func (s *session) nextGen() uint64 { s.genSeq++; return s.genSeq }
+
+// loop polls, applies DDL up to the DDL topic's end, routes records and
+// freezes cycles when a trigger trips. It returns nil when ctx is canceled.
+func (s *session) loop(ctx context.Context) error {
+	c := s.c
+	s.last = time.Now()
+	interval := time.Duration(float64(c.cfg.FlushInterval) * 0.8)
+	lastGauge := time.Time{}
+	for {
+		if err := s.fl.failure(); err != nil {
+			return err
+		}
+		wait := max(time.Until(s.last.Add(interval)), 10*time.Millisecond)
+		wait = min(wait, time.Second)
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		fetches := s.cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			s.cl.AllowRebalance()
+			return nil
+		}
+		if fetches.IsClientClosed() {
+			return errors.New("kafka client closed")
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				c.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+
+		// DDL barrier: every DDL published before these records were
+		// fetched is applied before any of them is routed.
+		applied, err := s.catchUpDDL(ctx)
+		if err != nil {
+			s.cl.AllowRebalance()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+
+		s.mu.Lock()
+		err = s.process(ctx, fetches, applied)
+		s.mu.Unlock()
+		s.cl.AllowRebalance()
+		if err != nil {
+			return err
+		}
+		if time.Since(lastGauge) > time.Second {
+			lastGauge = time.Now()
+			s.updateGauges()
+		}
+	}
+}
+
+// catchUpDDL runs the DDL barrier, retrying while Redis or Kafka fail: no
+// record may be routed before the DDL ahead of it is applied.
+func (s *session) catchUpDDL(ctx context.Context) ([]meta.Applied, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		applied, err := s.c.d.Applier.CatchUp(ctx)
+		if err == nil {
+			return applied, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s.c.log.Warn("applying flow DDL failed; retrying before routing data", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []meta.Applied) error {
+	c := s.c
+	for _, a := range applied {
+		if a.Changed && (a.Op == meta.OpDrop || a.Op == meta.OpReplace) {
+			s.freeze(triggerDDL)
+		}
+		if a.Op == meta.OpResume && !a.Skipped {
+			s.fl.resume(a.FlowID)
+		}
+	}
+	start := time.Now()
+	n := 0
+	var perr error
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if perr != nil {
+			return
+		}
+		ps := s.parts[fp.Partition]
+		if ps == nil {
+			return
+		}
+		ps.hwm = fp.HighWatermark
+		for _, r := range fp.Records {
+			if r.Offset < ps.next {
+				continue
+			}
+			if ps.cycleFrom < 0 {
+				ps.cycleFrom = r.Offset
+			}
+			if err := s.handle(ctx, ps, r); err != nil {
+				perr = err
+				return
+			}
+			ps.next = r.Offset + 1
+			n++
+		}
+	})
+	if perr != nil {
+		return perr
+	}
+	if n > 0 {
+		c.m.batchSeconds.Observe(time.Since(start).Seconds())
+	}
+
+	var req chan error
+	select {
+	case req = <-s.flushReq:
+	default:
+	}
+	switch {
+	case req != nil:
+		cyc := s.freeze(triggerRequest)
+		go func() { req <- s.fl.wait(cyc) }()
+	case s.gen.bytes >= int64(c.cfg.FlushSize):
+		s.freeze(triggerSize)
+	case time.Since(s.last) >= time.Duration(float64(c.cfg.FlushInterval)*0.8):
+		s.freeze(triggerInterval)
+	}
+	s.backpressure()
+	return nil
+}
+
+// backpressure pauses fetching while temp bytes (current and in flight)
+// exceed --max-temp-bytes or a flow is fatal, and resumes it after.
+func (s *session) backpressure() {
+	over := s.gen.bytes+s.fl.inflightBytes() > int64(s.c.cfg.MaxTempBytes)
+	stop := over || s.fl.anyFatal()
+	switch {
+	case stop && !s.paused:
+		s.paused = true
+		s.cl.PauseFetchTopics(s.c.d.ApplyTopic)
+		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "fatal_flow", s.fl.anyFatal())
+	case !stop && s.paused:
+		s.paused = false
+		s.cl.ResumeFetchTopics(s.c.d.ApplyTopic)
+		s.c.log.Info("fetching resumed")
+	}
+}
+
+// handle decodes one apply record and appends its events to temp files. A
+// record is atomic: if it or any of its events is bad, nothing of it is
+// written and it goes to the DLQ.
+func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) error {
+	c := s.c
+	if err := event.DecodeBatch(&s.batch, r.Value, event.ContentType(r)); err != nil {
+		return s.toDLQ(ctx, r, decodeReason(err), err)
+	}
+	maxSize := int(c.cfg.MaxValueSize)
+	s.parsed = s.parsed[:0]
+	lock := 0
+	for i := range s.batch.Events {
+		ev := &s.batch.Events[i]
+		if ev.CF == event.CF_CF_LOCK {
+			lock++
+			continue
+		}
+		if len(ev.Key) > maxSize || len(ev.Value) > maxSize {
+			return s.toDLQ(ctx, r, "too_large", fmt.Errorf("event %d: key %d or value %d bytes exceeds --max-value-size %d", i, len(ev.Key), len(ev.Value), maxSize))
+		}
+		enc, ts, err := event.SplitDataKey(ev.Key)
+		if err != nil {
+			return s.toDLQ(ctx, r, "key_ts", fmt.Errorf("event %d: %w", i, err))
+		}
+		p := parsedEvent{ev: ev, ts: ts}
+		if ev.CF == event.CF_CF_WRITE && ev.Op == event.Op_OP_PUT {
+			w, err := event.DecodeWrite(ev.Value)
+			if err != nil {
+				return s.toDLQ(ctx, r, "write_record", fmt.Errorf("event %d: %w", i, err))
+			}
+			p.beginTS = w.StartTS
+		}
+		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
+		s.parsed = append(s.parsed, p)
+	}
+
+	now := time.Now()
+	rs := ps.regions[s.batch.RegionID]
+	if rs == nil {
+		rs = &regionState{}
+		ps.regions[s.batch.RegionID] = rs
+	}
+	rs.resolved = max(rs.resolved, s.batch.ResolvedTS)
+	rs.seen = now
+
+	if lock > 0 {
+		c.m.events.WithLabelValues(resultSkipped, reasonLockCF).Add(float64(lock))
+	}
+	written, noFlow, noTable := 0, 0, 0
+	for i := range s.parsed {
+		p := &s.parsed[i]
+		switch p.skip {
+		case reasonNoFlow:
+			noFlow++
+			continue
+		case reasonNoTbl:
+			noTable++
+			continue
+		}
+		for _, f := range p.flows {
+			key := fileKey{partition: ps.partition, flow: f.ID, table: p.table, region: s.batch.RegionID,
+				cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
+			tf, err := s.gen.file(key, f)
+			if err != nil {
+				return err
+			}
+			before := tf.size
+			if err := tf.append(p.ev.Key, p.ev.Value, p.ts, p.beginTS); err != nil {
+				return err
+			}
+			s.gen.bytes += tf.size - before
+		}
+		written++
+	}
+	if written > 0 {
+		c.m.events.WithLabelValues(resultWritten, "").Add(float64(written))
+	}
+	if noFlow > 0 {
+		c.m.events.WithLabelValues(resultSkipped, reasonNoFlow).Add(float64(noFlow))
+	}
+	if noTable > 0 {
+		c.m.events.WithLabelValues(resultSkipped, reasonNoTbl).Add(float64(noTable))
+	}
+	if len(s.parsed) > 0 || lock > 0 {
+		c.m.tempWrite.WithLabelValues("append").Observe(time.Since(now).Seconds())
+	}
+	return nil
+}
+
+func decodeReason(err error) string {
+	var de *event.DecodeError
+	if errors.As(err, &de) && de.Reason != "" {
+		return de.Reason
+	}
+	return "decode"
+}
+
+// toDLQ sends a bad record to the DLQ, retrying until it is acknowledged:
+// skipping it without the DLQ copy would lose it.
+func (s *session) toDLQ(ctx context.Context, r *kgo.Record, reason string, cause error) error {
+	c := s.c
+	c.m.events.WithLabelValues(resultDLQ, reason).Add(float64(max(len(s.batch.Events), 1)))
+	attrs := []any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", cause}
+	if !c.d.RedactLogs {
+		attrs = append(attrs, "key", string(r.Key), "value_bytes", len(r.Value))
+	}
+	c.log.Warn("apply record sent to the DLQ", attrs...)
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.d.DLQ.Send(ctx, r, reason, cause.Error())
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.log.Error("DLQ produce failed; retrying", "err", err)
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// freeze ends the current generation and hands it, with the offsets and
+// resolved ts it covers, to the flusher as one cycle. Must hold s.mu.
+func (s *session) freeze(trigger string) *cycle {
+	c := s.c
+	start := time.Now()
+	now := start
+	gen := s.gen
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
+	s.last = now
+
+	cyc := &cycle{
+		seq:     c.cycleSeq.Add(1),
+		trigger: trigger,
+		files:   gen.list(),
+		bytes:   gen.bytes,
+		done:    make(chan struct{}),
+	}
+	cyc.id = fmt.Sprintf("%d-%s-%d", now.UnixMilli(), c.cfg.StoreID, cyc.seq)
+	for _, f := range cyc.files {
+		if ps := s.parts[f.key.partition]; ps != nil {
+			if rs := ps.regions[f.key.region]; rs != nil {
+				f.resolvedTS = rs.resolved
+			}
+		}
+	}
+	for _, ps := range s.parts {
+		ck, ok := ps.checkpoint(now, c.cfg.RegionTTL)
+		if ps.next == ps.cycleFrom && !ok {
+			continue
+		}
+		cyc.parts = append(cyc.parts, partCommit{
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok,
+		})
+		ps.cycleFrom = ps.next
+	}
+	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(start).Seconds())
+	s.fl.enqueue(cyc)
+	return cyc
+}
+
+// onAssigned is registered so that assignment is serialized with polls.
+func (s *session) onAssigned(context.Context, *kgo.Client, map[string][]int32) {}
+
+// adjustOffsets takes the lease of each newly assigned partition and starts
+// it at the Redis offset, else the Kafka committed offset (or the reset
+// offset) that kgo fetched.
+func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	c := s.c
+	member, _ := s.cl.GroupMetadata()
+	if member == "" {
+		member = c.cfg.StoreID
+	}
+	member = c.cfg.StoreID + "/" + member
+	parts := offsets[c.d.ApplyTopic]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, off := range parts {
+		lease, err := c.d.Store.AcquireLease(ctx, c.d.ApplyTopic, p, member)
+		if err != nil {
+			return nil, fmt.Errorf("lease %s/%d: %w", c.d.ApplyTopic, p, err)
+		}
+		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{}}
+		if o, ok, err := c.d.Store.Offset(ctx, c.d.ApplyTopic, p); err != nil {
+			return nil, fmt.Errorf("offset %s/%d: %w", c.d.ApplyTopic, p, err)
+		} else if ok {
+			off = kgo.NewOffset().At(o).WithEpoch(-1)
+			parts[p] = off
+			ps.next, ps.cycleFrom = o, o
+		} else {
+			ps.next, ps.cycleFrom = -1, -1 // set by the first record
+		}
+		s.parts[p] = ps
+		c.log.Info("partition assigned", "topic", c.d.ApplyTopic, "partition", p, "lease_epoch", lease.Epoch, "start", offsetString(off, ps.next))
+	}
+	return offsets, nil
+}
+
+func offsetString(o kgo.Offset, redis int64) string {
+	if redis >= 0 {
+		return "redis offset " + strconv.FormatInt(redis, 10)
+	}
+	return o.String()
+}
+
+// onRevoked flushes and commits everything before the partitions move, so
+// the next owner starts exactly where this one stopped.
+func (s *session) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	s.mu.Lock()
+	if s.closing || len(revoked[s.c.d.ApplyTopic]) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	cyc := s.freeze(triggerRevoke)
+	s.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	err := s.fl.waitCtx(wctx, cyc)
+	cancel()
+	if err != nil {
+		s.c.log.Warn("flush on revoke did not finish; the next owner resumes from the last commit", "err", err)
+	}
+	s.mu.Lock()
+	for _, p := range revoked[s.c.d.ApplyTopic] {
+		delete(s.parts, p)
+		s.c.m.consumerLag.DeleteLabelValues(s.c.d.ApplyTopic, strconv.Itoa(int(p)))
+	}
+	s.mu.Unlock()
+}
+
+// onLost forgets partitions that were taken away without a revoke; what was
+// not committed for them will fail the lease check.
+func (s *session) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range lost[s.c.d.ApplyTopic] {
+		delete(s.parts, p)
+	}
+}
+
+// dropAll removes the files of the current generation (after a failure; a
+// graceful stop has frozen them already).
+func (s *session) dropAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closing = true
+	for _, f := range s.gen.files {
+		f.remove()
+	}
+	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen())
+}
+
+// updateGauges refreshes temp_bytes{flow} and consumer_lag_records.
+func (s *session) updateGauges() {
+	c := s.c
+	s.mu.Lock()
+	per := map[string]float64{}
+	for _, f := range s.gen.files {
+		per[flowLabel(f.flow.Info.CatalogName, f.flow.Info.FlowName)] += float64(f.size)
+	}
+	for _, ps := range s.parts {
+		if ps.next >= 0 && ps.hwm > 0 {
+			c.m.consumerLag.WithLabelValues(c.d.ApplyTopic, strconv.Itoa(int(ps.partition))).Set(float64(max(ps.hwm-ps.next, 0)))
+		}
+	}
+	s.mu.Unlock()
+	for flow, b := range s.fl.inflightByFlow() {
+		per[flow] += b
+	}
+	for _, f := range c.d.Registry.Flows() {
+		l := flowLabel(f.Info.CatalogName, f.Info.FlowName)
+		c.m.tempBytes.WithLabelValues(l).Set(per[l])
+	}
+}

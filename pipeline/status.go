@@ -1,0 +1,94 @@
+package pipeline
+
+import (
+	"sort"
+	"time"
+)
+
+// CycleStatus describes the last committed flush cycle.
+type CycleStatus struct {
+	ID       string    `json:"id,omitempty"`
+	Trigger  string    `json:"trigger,omitempty"`
+	Files    int       `json:"files"`
+	Bytes    int64     `json:"bytes"`
+	Flows    int       `json:"flows"`
+	Finished time.Time `json:"finished,omitempty"`
+	Duration float64   `json:"duration_seconds"`
+}
+
+// PartitionStatus is one assigned apply partition.
+type PartitionStatus struct {
+	Partition     int32 `json:"partition"`
+	LeaseEpoch    int64 `json:"lease_epoch"`
+	Next          int64 `json:"next_offset"`
+	HighWatermark int64 `json:"high_watermark"`
+	Lag           int64 `json:"lag"`
+	Regions       int   `json:"regions"`
+}
+
+// FlowStatus is one flow as this instance sees it.
+type FlowStatus struct {
+	ID      uint32   `json:"id"`
+	Catalog string   `json:"catalog"`
+	Name    string   `json:"name"`
+	Tables  []uint32 `json:"tables"`
+	Fatal   bool     `json:"fatal"`
+}
+
+// Status is the /status document.
+type Status struct {
+	Running        bool              `json:"running"`
+	Paused         bool              `json:"fetching_paused"`
+	Partitions     []PartitionStatus `json:"partitions"`
+	Flows          []FlowStatus      `json:"flows"`
+	TempBytes      int64             `json:"temp_bytes"`
+	InflightBytes  int64             `json:"inflight_bytes"`
+	InflightCycles int               `json:"inflight_cycles"`
+	LastCycle      CycleStatus       `json:"last_cycle"`
+}
+
+// Status reports what the consumer holds now. It is safe to call from any
+// goroutine.
+func (c *Consumer) Status() Status {
+	c.mu.Lock()
+	s := c.cur
+	st := Status{LastCycle: c.lastCyc}
+	fatal := make(map[uint32]bool, len(c.fatal))
+	for id := range c.fatal {
+		fatal[id] = true
+	}
+	c.mu.Unlock()
+	for _, f := range c.d.Registry.Flows() {
+		st.Flows = append(st.Flows, FlowStatus{ID: f.ID, Catalog: f.Info.CatalogName, Name: f.Info.FlowName,
+			Tables: f.Info.SourceTableIDs, Fatal: fatal[f.ID]})
+	}
+	if s == nil {
+		return st
+	}
+	st.Running = true
+	s.mu.Lock()
+	st.Paused = s.paused
+	st.TempBytes = s.gen.bytes
+	for _, ps := range s.parts {
+		lag := int64(0)
+		if ps.next >= 0 && ps.hwm > ps.next {
+			lag = ps.hwm - ps.next
+		}
+		st.Partitions = append(st.Partitions, PartitionStatus{Partition: ps.partition, LeaseEpoch: ps.lease.Epoch,
+			Next: ps.next, HighWatermark: ps.hwm, Lag: lag, Regions: len(ps.regions)})
+	}
+	s.mu.Unlock()
+	sort.Slice(st.Partitions, func(i, j int) bool { return st.Partitions[i].Partition < st.Partitions[j].Partition })
+	st.InflightBytes = s.fl.inflightBytes()
+	s.fl.mu.Lock()
+	st.InflightCycles = len(s.fl.inflight)
+	s.fl.mu.Unlock()
+	return st
+}
+
+// Ready reports whether the consumer is in a group session.
+func (c *Consumer) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur != nil
+}

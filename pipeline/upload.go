@@ -1,0 +1,264 @@
+package pipeline
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// flowUpload is one flow's share of a cycle: its files become one data
+// object (chunks back to back, built once into a spool file so a retry
+// uploads the same bytes) and one meta object.
+type flowUpload struct {
+	flow  *meta.Flow
+	files []*tempFile
+
+	spool       string
+	size        int64
+	crc         uint32
+	meta        sink.Meta
+	dataPath    string
+	metaPath    string
+	minResolved uint64
+	dataDone    bool
+	metaDone    bool
+}
+
+func (fu *flowUpload) removeSpool() {
+	if fu.spool != "" {
+		_ = os.Remove(fu.spool)
+	}
+}
+
+func groupByFlow(files []*tempFile) []*flowUpload {
+	by := map[meta.FlowID]*flowUpload{}
+	var out []*flowUpload
+	for _, tf := range files {
+		fu := by[tf.key.flow]
+		if fu == nil {
+			fu = &flowUpload{flow: tf.flow}
+			by[tf.key.flow] = fu
+			out = append(out, fu)
+		}
+		fu.files = append(fu.files, tf)
+	}
+	slices.SortFunc(out, func(a, b *flowUpload) int { return cmp.Compare(a.flow.ID, b.flow.ID) })
+	for _, fu := range out {
+		slices.SortFunc(fu.files, func(a, b *tempFile) int {
+			ka, kb := a.key, b.key
+			return cmp.Or(
+				cmp.Compare(ka.partition, kb.partition), cmp.Compare(ka.table, kb.table),
+				cmp.Compare(ka.region, kb.region), cmp.Compare(ka.cf, kb.cf), cmp.Compare(ka.op, kb.op),
+				boolCmp(ka.isMeta, kb.isMeta))
+		})
+	}
+	return out
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// uploadAll uploads the objects of every flow of the cycle not uploaded yet,
+// --upload-parallelism flows at a time. A flow whose upload fails counts a
+// failed cycle; --fatal-after of them in a row make it fatal.
+func (f *flusher) uploadAll(ctx context.Context, cyc *cycle) error {
+	c := f.c
+	sem := make(chan struct{}, c.cfg.UploadParallel)
+	var wg sync.WaitGroup
+	errs := make([]error, len(cyc.flows))
+	for i, fu := range cyc.flows {
+		if fu.dataDone && fu.metaDone {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = f.uploadFlow(ctx, cyc, fu)
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for i, err := range errs {
+		fu := cyc.flows[i]
+		if err == nil {
+			continue
+		}
+		failed = append(failed, err)
+		f.flowFailed(ctx, fu.flow, err)
+	}
+	return errors.Join(failed...)
+}
+
+func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) error {
+	c := f.c
+	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
+	if fu.spool == "" {
+		if err := f.build(cyc, fu); err != nil {
+			return fmt.Errorf("flow %s/%s: build data object: %w", cat, name, err)
+		}
+	}
+	if !fu.dataDone {
+		sp, err := os.Open(fu.spool)
+		if err != nil {
+			return fmt.Errorf("flow %s/%s: open spool: %w", cat, name, err)
+		}
+		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: sp, Size: fu.size, CRC32C: fu.crc})
+		sp.Close()
+		// The name is unique to this cycle of this instance: if it exists,
+		// an earlier attempt wrote it and only its answer was lost.
+		if err != nil && !errors.Is(err, sink.ErrExists) {
+			return fmt.Errorf("flow %s/%s: upload %s: %w", cat, name, fu.dataPath, err)
+		}
+		fu.dataDone = true
+		c.m.objectBytes.Observe(float64(fu.size))
+	}
+	if !fu.metaDone {
+		b, err := sink.EncodeMeta(fu.meta)
+		if err != nil {
+			return fmt.Errorf("flow %s/%s: encode meta: %w", cat, name, err)
+		}
+		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.metaPath, Body: bytes.NewReader(b), Size: int64(len(b)), CRC32C: sink.CRC32C(b)})
+		if err != nil && !errors.Is(err, sink.ErrExists) {
+			return fmt.Errorf("flow %s/%s: upload %s: %w", cat, name, fu.metaPath, err)
+		}
+		fu.metaDone = true
+	}
+	return nil
+}
+
+// build writes the flow's files as chunks into a spool file and fills in the
+// meta object.
+func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
+	c := f.c
+	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
+	spool := filepath.Join(c.cfg.TempDir, cat, name, cyc.id+".spool")
+	out, err := os.OpenFile(spool, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	ow, err := sink.NewObjectWriter(out, c.cfg.Compression)
+	if err != nil {
+		return err
+	}
+	m := sink.Meta{Version: 1, Flow: name, FlowID: fu.flow.ID, StoreID: c.cfg.StoreID, CycleID: cyc.id}
+	first := true
+	for _, tf := range fu.files {
+		in, err := os.Open(tf.path)
+		if err != nil {
+			return err
+		}
+		off, length, raw, err := ow.AddChunk(in)
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("chunk %s: %w", filepath.Base(tf.path), err)
+		}
+		if raw != tf.size {
+			return fmt.Errorf("chunk %s: read %d bytes, wrote %d", filepath.Base(tf.path), raw, tf.size)
+		}
+		m.Files = append(m.Files, sink.FileMeta{
+			Offset: off, Length: length, RawLength: raw, Compression: c.cfg.Compression,
+			SHA256: tf.sum, NumberOfEntries: tf.entries, MinTS: tf.minTS, MaxTS: tf.maxTS,
+			ResolvedTS: tf.resolvedTS, MinBeginTSInDefaultCF: tf.beginTS(),
+			StartKey: hex.EncodeToString(tf.minKey), EndKey: hex.EncodeToString(tf.maxKey),
+			TableID: tf.key.table, RegionID: tf.key.region, CF: cfName(tf.key.cf), Op: opName(tf.key.op),
+			IsMeta: tf.key.isMeta, Partition: tf.key.partition,
+		})
+		if first || tf.minTS < m.MinTS {
+			m.MinTS = tf.minTS
+		}
+		if first || tf.maxTS > m.MaxTS {
+			m.MaxTS = tf.maxTS
+		}
+		if first || tf.resolvedTS < m.MinResolvedTS {
+			m.MinResolvedTS = tf.resolvedTS
+		}
+		first = false
+	}
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	for _, p := range cyc.parts {
+		if p.to > p.from && p.from >= 0 {
+			m.Offsets = append(m.Offsets, sink.OffsetRange{Topic: p.lease.Topic, Partition: p.lease.Partition, From: p.from, To: p.to})
+		}
+	}
+	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, m.MinTS, cyc.id)
+	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, m.MinResolvedTS, cyc.id)
+	m.DataPath = fu.dataPath
+	fu.meta, fu.minResolved = m, m.MinResolvedTS
+	fu.spool, fu.size, fu.crc = spool, ow.Size(), ow.CRC32C()
+	return nil
+}
+
+// flowFailed counts a failed cycle for a flow and makes it fatal at the
+// limit: state in Redis, the flow_fatal gauge, an error log; the consume
+// loop pauses fetching while any flow is fatal.
+func (f *flusher) flowFailed(ctx context.Context, fl *meta.Flow, err error) {
+	c := f.c
+	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
+	c.m.flushFailures.WithLabelValues(label).Inc()
+	f.mu.Lock()
+	f.failures[fl.ID]++
+	n := f.failures[fl.ID]
+	f.mu.Unlock()
+	if n != c.cfg.FatalAfter {
+		return
+	}
+	c.mu.Lock()
+	c.fatal[fl.ID] = true
+	c.mu.Unlock()
+	c.m.flowFatal.WithLabelValues(label).Set(1)
+	c.log.Error("flow is fatal: fetching stopped until a retry succeeds or the flow is resumed",
+		"flow", label, "failed_cycles", n, "err", err)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.d.Store.SetFlowFatal(sctx, fl.ID, err.Error()); err != nil {
+		c.log.Warn("recording the fatal state in Redis failed", "flow", label, "err", err)
+	}
+}
+
+// recovered clears failure counts and the fatal state of the cycle's flows
+// after it committed.
+func (f *flusher) recovered(cyc *cycle) {
+	c := f.c
+	for _, fu := range cyc.flows {
+		f.mu.Lock()
+		delete(f.failures, fu.flow.ID)
+		f.mu.Unlock()
+		c.mu.Lock()
+		wasFatal := c.fatal[fu.flow.ID]
+		delete(c.fatal, fu.flow.ID)
+		c.mu.Unlock()
+		if wasFatal {
+			label := flowLabel(fu.flow.Info.CatalogName, fu.flow.Info.FlowName)
+			c.m.flowFatal.WithLabelValues(label).Set(0)
+			c.log.Info("flow recovered: a flush cycle succeeded", "flow", label)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := c.d.Store.SetFlowActive(ctx, fu.flow.ID); err != nil {
+				c.log.Warn("recording the active state in Redis failed", "flow", label, "err", err)
+			}
+			cancel()
+		}
+	}
+}
