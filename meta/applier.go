@@ -24,8 +24,8 @@ const (
 
 // ApplierConfig configures an Applier.
 type ApplierConfig struct {
-	Topic      string     // the DDL topic
-	KafkaOpts  []kgo.Opt  // connection options (seeds, TLS, SASL); no group
+	Topic      string      // the DDL topic
+	KafkaOpts  []kgo.Opt   // connection options (seeds, TLS, SASL); no group
 	DLQ        *dlq.Writer // where invalid and rejected DDL goes
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
