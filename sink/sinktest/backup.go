@@ -1,0 +1,147 @@
+package sinktest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// Entry is one recorded apply event of a hand-built backup.
+type Entry struct {
+	Key     []byte // data key as stored (encoded raw key + inverted ts)
+	Value   []byte
+	TableID int64
+	CF      string // "write" or "default"
+	Op      string // "put" or "delete"
+	IsMeta  bool
+}
+
+// Cycle describes one flush cycle of one flow to write with WriteCycle.
+type Cycle struct {
+	Prefix, Catalog, Flow string
+	FlowID                uint32
+	CycleID               string
+	Compression           string // default "none"
+	ResolvedTS            uint64 // every chunk's resolved_ts and the meta's min_resolved_ts
+	Offsets               []sink.OffsetRange
+	Entries               []Entry
+}
+
+// WriteCycle stores c as the pipeline does: one data object with a chunk per
+// (table, cf, op, is_meta) in first-seen order, then the meta object. It
+// returns the meta and the meta object's name.
+func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
+	t.Helper()
+	if c.Compression == "" {
+		c.Compression = sink.CompressionNone
+	}
+	type group struct {
+		table  int64
+		cf, op string
+		meta   bool
+	}
+	chunks := map[group][]Entry{}
+	var order []group
+	for _, e := range c.Entries {
+		g := group{e.TableID, e.CF, e.Op, e.IsMeta}
+		if _, ok := chunks[g]; !ok {
+			order = append(order, g)
+		}
+		chunks[g] = append(chunks[g], e)
+	}
+	var buf bytes.Buffer
+	w, err := sink.NewObjectWriter(&buf, c.Compression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sink.Meta{Version: sink.MetaVersion, Flow: c.Flow, FlowID: c.FlowID, StoreID: "sinktest", CycleID: c.CycleID,
+		MinTS: math.MaxUint64, MinResolvedTS: c.ResolvedTS, Offsets: c.Offsets}
+	for _, g := range order {
+		var framed []byte
+		f := sink.FileMeta{Compression: c.Compression, TableID: g.table, CF: g.cf, Op: g.op, IsMeta: g.meta,
+			MinTS: math.MaxUint64, MinBeginTSInDefaultCF: math.MaxUint64, ResolvedTS: c.ResolvedTS}
+		var minKey, maxKey []byte
+		for _, e := range chunks[g] {
+			_, ts, err := event.SplitDataKey(e.Key)
+			if err != nil {
+				t.Fatalf("entry key: %v", err)
+			}
+			framed = event.AppendEntry(framed, e.Key, e.Value)
+			f.NumberOfEntries++
+			f.MinTS, f.MaxTS = min(f.MinTS, ts), max(f.MaxTS, ts)
+			if g.cf == "write" && g.op == "put" {
+				if wr, err := event.DecodeWrite(e.Value); err == nil {
+					f.MinBeginTSInDefaultCF = min(f.MinBeginTSInDefaultCF, wr.StartTS)
+				}
+			}
+			if minKey == nil || bytes.Compare(e.Key, minKey) < 0 {
+				minKey = e.Key
+			}
+			if bytes.Compare(e.Key, maxKey) > 0 {
+				maxKey = e.Key
+			}
+		}
+		if f.MinBeginTSInDefaultCF == math.MaxUint64 {
+			f.MinBeginTSInDefaultCF = f.MinTS
+		}
+		f.StartKey, f.EndKey = hex.EncodeToString(minKey), hex.EncodeToString(maxKey)
+		if f.Offset, f.Length, f.RawLength, err = w.AddChunk(bytes.NewReader(framed)); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(framed)
+		f.SHA256 = hex.EncodeToString(sum[:])
+		m.Files = append(m.Files, f)
+		m.MinTS, m.MaxTS = min(m.MinTS, f.MinTS), max(m.MaxTS, f.MaxTS)
+	}
+	if len(m.Files) == 0 {
+		m.MinTS = 0
+	}
+	ctx := context.Background()
+	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, m.MinTS, c.CycleID)
+	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
+		t.Fatalf("upload %s: %v", m.DataPath, err)
+	}
+	mb, err := sink.EncodeMeta(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.ResolvedTS, c.CycleID)
+	if err := b.Upload(ctx, sink.Object{Name: path, Body: bytes.NewReader(mb), Size: int64(len(mb)), CRC32C: sink.CRC32C(mb)}); err != nil {
+		t.Fatalf("upload %s: %v", path, err)
+	}
+	return m, path
+}
+
+// WritePut returns the write-CF entry of a put of row (table, handle)
+// committed at commit: with the short value inline if short is true, else
+// with a default-CF entry at start that the caller adds (see DefaultPut).
+func WritePut(table, handle int64, start, commit uint64, value []byte, short bool) Entry {
+	w := event.Write{Type: event.WritePut, StartTS: start}
+	if short {
+		w.ShortValue, w.HasShortValue = value, true
+	}
+	return WriteRecord(table, handle, commit, w)
+}
+
+// WriteRecord returns the write-CF put entry holding w for row (table,
+// handle) at commit ts commit.
+func WriteRecord(table, handle int64, commit uint64, w event.Write) Entry {
+	v, err := event.AppendWrite(nil, w)
+	if err != nil {
+		panic(fmt.Sprintf("sinktest: %v", err))
+	}
+	return Entry{Key: event.AppendDataKey(nil, event.RowKey(table, handle), commit), Value: v, TableID: table, CF: "write", Op: "put"}
+}
+
+// DefaultPut returns the default-CF entry holding value for row (table,
+// handle) at start ts start.
+func DefaultPut(table, handle int64, start uint64, value []byte) Entry {
+	return Entry{Key: event.AppendDataKey(nil, event.RowKey(table, handle), start), Value: value, TableID: table, CF: "default", Op: "put"}
+}
