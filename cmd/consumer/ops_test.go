@@ -111,7 +111,9 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	return e
 }
 
-func (e *opsEnv) args(extra ...string) []string { return append(append([]string{}, e.conn...), extra...) }
+func (e *opsEnv) args(extra ...string) []string {
+	return append(append([]string{}, e.conn...), extra...)
+}
 
 // readJSONL returns a table file as "key-hex=value@ts" lines.
 func readJSONL(t *testing.T, path string) []string {
