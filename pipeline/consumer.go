@@ -22,6 +22,7 @@ type Deps struct {
 	ApplyTopic string
 	Group      string
 	KafkaOpts  []kgo.Opt // connection options (seeds, TLS, SASL)
+	GroupOpts  []kgo.Opt // extra options for the group client only (e.g. kprom hooks)
 	Store      *meta.Store
 	Registry   *meta.Registry
 	Applier    *meta.Applier
@@ -134,7 +135,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	if c.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	opts := append([]kgo.Opt{}, c.d.KafkaOpts...)
+	opts := append(append([]kgo.Opt{}, c.d.KafkaOpts...), c.d.GroupOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.d.Group),
 		kgo.ConsumeTopics(c.d.ApplyTopic),

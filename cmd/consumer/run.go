@@ -119,7 +119,6 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return err
 	}
 	kmetrics := kprom.NewMetrics("flowlog", kprom.Registerer(reg), kprom.Gatherer(reg))
-	kopts = append(kopts, kgo.WithHooks(kmetrics))
 
 	dlqClient, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
 		kgo.DefaultProduceTopic(cfg.conn.Kafka.DLQTopic), kgo.RequiredAcks(kgo.AllISRAcks()))...)
@@ -149,6 +148,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	cons, err := pipeline.New(cfg.pipe, pipeline.Deps{
 		ApplyTopic: cfg.conn.Kafka.ApplyTopic, Group: cfg.conn.Group, KafkaOpts: kopts,
+		GroupOpts: []kgo.Opt{kgo.WithHooks(kmetrics)},
 		Store: store, Registry: registry, Applier: applier, Bucket: bucket,
 		GCSPrefix: cfg.conn.GCS.Prefix, DLQ: dlqw, Logger: log, Registerer: reg, RedactLogs: cfg.RedactLogs,
 	})
