@@ -189,7 +189,10 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	}
 	<-flDone
 	flCancel()
-	cl.Close() // leaves the group; revoke callbacks find nothing left to flush
+	s.mu.Lock()
+	s.closing = true // the revoke callbacks of Close find nothing to flush
+	s.mu.Unlock()
+	cl.Close() // leaves the group
 	s.dropAll()
 	return err
 }

@@ -92,12 +92,13 @@ type regionState struct {
 
 // partState is the consume loop's view of one assigned apply partition.
 type partState struct {
-	partition int32
-	lease     meta.Lease
-	next      int64 // offset after the last record handled
-	cycleFrom int64 // first offset not yet part of a frozen cycle
-	regions   map[uint64]*regionState
-	hwm       int64
+	partition  int32
+	lease      meta.Lease
+	next       int64  // offset after the last record handled
+	cycleFrom  int64  // first offset not yet part of a frozen cycle
+	frozenCkpt uint64 // checkpoint handed to the last cycle
+	regions    map[uint64]*regionState
+	hwm        int64
 }
 
 // checkpoint is the min resolved ts over the partition's regions seen within

@@ -367,9 +367,10 @@ func (s *session) freeze(trigger string) *cycle {
 	}
 	for _, ps := range s.parts {
 		ck, ok := ps.checkpoint(now, c.cfg.RegionTTL)
-		if ps.next == ps.cycleFrom && !ok {
-			continue
+		if ps.next == ps.cycleFrom && (!ok || ck == ps.frozenCkpt) {
+			continue // nothing new to commit for this partition
 		}
+		ps.frozenCkpt = ck
 		cyc.parts = append(cyc.parts, partCommit{
 			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok,
 		})
@@ -417,11 +418,11 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 	return offsets, nil
 }
 
-func offsetString(o kgo.Offset, redis int64) string {
+func offsetString(_ kgo.Offset, redis int64) string {
 	if redis >= 0 {
 		return "redis offset " + strconv.FormatInt(redis, 10)
 	}
-	return o.String()
+	return "kafka committed offset, else --start-offset"
 }
 
 // onRevoked flushes and commits everything before the partitions move, so

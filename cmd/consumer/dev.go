@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -25,7 +24,6 @@ import (
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/meta"
-	"github.com/flowlog/flowlog/sink"
 )
 
 // devConfig is what `consumer dev` takes on top of run's flags.
@@ -161,14 +159,19 @@ func runDev(ctx context.Context, args []string) error {
 // devRedis uses the configured Redis if it answers; otherwise it starts a
 // redis-server from PATH, or an in-process miniredis, with a loud warning.
 func devRedis(ctx context.Context, rc *meta.Config, dir string, log *slog.Logger) (func(), error) {
-	cl, err := rc.NewClient()
-	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err = cl.Ping(pctx).Err()
-		cancel()
-		cl.Close()
-		if err == nil {
-			return func() {}, nil
+	if opt, err := redis.ParseURL(rc.URL); err == nil {
+		if conn, err := net.DialTimeout("tcp", opt.Addr, time.Second); err == nil {
+			conn.Close()
+			cl, err := rc.NewClient()
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				err = cl.Ping(pctx).Err()
+				cancel()
+				cl.Close()
+				if err == nil {
+					return func() {}, nil
+				}
+			}
 		}
 	}
 	port, perr := freePort()
@@ -307,5 +310,3 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-var _ = errors.New
-var _ = sink.ValidName
