@@ -51,8 +51,12 @@ func (s *extSorter) add(key, value []byte) error {
 			return err
 		}
 	}
-	if s.arena == nil {
-		s.arena = make([]byte, 0, min(s.budget, 4<<20))
+	if len(s.arena)+need > cap(s.arena) {
+		// Grow by hand, never past the budget (append would double).
+		c := min(max(2*cap(s.arena), 4<<20, len(s.arena)+need), max(s.budget, len(s.arena)+need))
+		a := make([]byte, len(s.arena), c)
+		copy(a, s.arena)
+		s.arena = a
 	}
 	s.idx = append(s.idx, span{off: uint32(len(s.arena)), klen: uint32(len(key)), vlen: uint32(len(value))})
 	s.arena = append(s.arena, key...)

@@ -242,6 +242,7 @@ func readChunks(ctx context.Context, o RestoreOptions, jobs []chunkJob, fn func(
 			st.Chunks++
 			st.LogBytes += b.job.f.RawLength
 		}
+		putBatchBuf(b.data)
 	}
 	select {
 	case err := <-errc:
@@ -256,6 +257,23 @@ func readChunks(ctx context.Context, o RestoreOptions, jobs []chunkJob, fn func(
 
 const batchSize = 1 << 20
 
+// batchBufs recycles entry batches between the chunk readers and the
+// restore loop.
+var batchBufs sync.Pool
+
+func getBatchBuf() []byte {
+	if p, ok := batchBufs.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, batchSize+64<<10)
+}
+
+func putBatchBuf(b []byte) {
+	if cap(b) >= batchSize && cap(b) <= 4*batchSize { // keep only ordinary batches
+		batchBufs.Put(&b)
+	}
+}
+
 // streamChunk reads one chunk and sends its entries in batches of whole
 // entries; the last batch is sent only after the chunk verified.
 func streamChunk(ctx context.Context, b Bucket, j chunkJob, out chan<- entryBatch) error {
@@ -265,7 +283,7 @@ func streamChunk(ctx context.Context, b Bucket, j chunkJob, out chan<- entryBatc
 	}
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 256<<10)
-	var buf []byte
+	buf := getBatchBuf()
 	var hdr [4]byte
 	for {
 		n, err := io.ReadFull(br, hdr[:])
@@ -294,7 +312,7 @@ func streamChunk(ctx context.Context, b Bucket, j chunkJob, out chan<- entryBatc
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			buf = nil
+			buf = getBatchBuf()
 		}
 	}
 	select {
