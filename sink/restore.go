@@ -186,8 +186,8 @@ type entryBatch struct {
 // decompress, check and split them into batches of entries; fn sees every
 // entry on the calling goroutine. A chunk's entries are all delivered before
 // its checksum is known, so a corrupt chunk fails the whole restore.
-func readChunks(ctx context.Context, o RestoreOptions, jobs []chunkJob, fn func(j chunkJob, key, value []byte) error, st *RestoreStats) error {
-	ctx, cancel := context.WithCancel(ctx)
+func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn func(j chunkJob, key, value []byte) error, st *RestoreStats) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	jobc := make(chan chunkJob)
 	batches := make(chan entryBatch, o.Parallel)
@@ -244,15 +244,22 @@ func readChunks(ctx context.Context, o RestoreOptions, jobs []chunkJob, fn func(
 		}
 		putBatchBuf(b.data)
 	}
-	select {
-	case err := <-errc:
-		return err
-	default:
-	}
 	if ferr != nil {
 		return ferr
 	}
-	return ctx.Err()
+	// The first reader to fail cancelled the others; report its error, not
+	// their cancellation.
+	close(errc)
+	var first error
+	for err := range errc {
+		if first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled) {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return parent.Err()
 }
 
 const batchSize = 1 << 20

@@ -367,3 +367,13 @@ func TestRestoreSpill(t *testing.T) {
 		})
 	}
 }
+
+func TestRestoreCancelled(t *testing.T) {
+	b := sink.NewMemBucket()
+	metas := []string{writeBackup(t, b, "c1", "none", randomBackup(3, 2000, 100))}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, MetaPaths: metas, TS: 1 << 62, OutDir: t.TempDir()}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Restore with a cancelled context = %v", err)
+	}
+}
