@@ -20,6 +20,10 @@ type PartitionCommit struct {
 	// written to ckpt:<topic>:<partition> when HasCheckpoint is set.
 	Checkpoint    uint64
 	HasCheckpoint bool
+	// Regions, when not nil, replaces regions:<topic>:<partition>: the last
+	// resolved ts of every live region of the partition, so that the next
+	// owner's checkpoint also waits for regions it has not heard from yet.
+	Regions map[uint64]uint64
 }
 
 // MetaRef is one committed meta object of a flow, a member of
@@ -98,6 +102,17 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
 				if pc.HasCheckpoint {
 					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
+				}
+				if pc.Regions != nil {
+					rk := k.Regions(pc.Topic, pc.Partition)
+					p.Del(ctx, rk)
+					if len(pc.Regions) > 0 {
+						vals := make([]any, 0, 2*len(pc.Regions))
+						for r, ts := range pc.Regions {
+							vals = append(vals, u64(r), u64(ts))
+						}
+						p.HSet(ctx, rk, vals...)
+					}
 				}
 			}
 			for _, m := range c.Metas {

@@ -87,3 +87,11 @@ func (k Keys) Ckpt(topic string, partition int32) string {
 // Metas is the sorted set of a flow's committed meta object paths, scored by
 // min_resolved_ts.
 func (k Keys) Metas(id uint32) string { return k.base + "metas:" + u32(id) }
+
+// Regions is the hash region id -> last resolved ts of the live regions of
+// an apply partition at its last commit. It is not part of DESIGN section 7:
+// it lets a new owner of the partition start with the regions the previous
+// one knew, so its checkpoint cannot pass a region it has not heard from.
+func (k Keys) Regions(topic string, partition int32) string {
+	return k.base + "regions:" + topic + ":" + i32(partition)
+}

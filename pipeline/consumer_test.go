@@ -303,3 +303,42 @@ func headerOf(r *kgo.Record, k string) string {
 	}
 	return ""
 }
+
+// A new owner of a partition inherits the regions the previous one knew, so
+// its checkpoint waits for a region it has not heard from since.
+func TestCheckpointRemembersSilentRegionsAcrossRestart(t *testing.T) {
+	r := newRig(t, 1, sink.NewMemBucket(), nil)
+	r.start()
+	id := r.createFlow("regions", 1)
+	ctx := context.Background()
+	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(1000)})
+	r.produceBatch(&event.Batch{RegionID: 2, ResolvedTS: ts(2000)})
+	r.eventually(10*time.Second, func() bool {
+		st := r.cons.Status()
+		return len(st.Partitions) == 1 && st.Partitions[0].Next == 2
+	}, "heartbeats consumed")
+	r.flush()
+	if st, _ := r.store.FlowState(ctx, id); st.CheckpointTS != ts(1000) {
+		t.Fatalf("checkpoint %d, want %d", st.CheckpointTS, ts(1000))
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	r.start() // a new process: only region 2 speaks
+	r.produceBatch(&event.Batch{RegionID: 2, ResolvedTS: ts(3000)})
+	r.eventually(10*time.Second, func() bool {
+		st := r.cons.Status()
+		return len(st.Partitions) == 1 && st.Partitions[0].Next == 3
+	}, "heartbeat consumed after restart")
+	r.flush()
+	if st, _ := r.store.FlowState(ctx, id); st.CheckpointTS != ts(1000) {
+		t.Fatalf("checkpoint %d after restart, want it held at region 1's %d", st.CheckpointTS, ts(1000))
+	}
+	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(2500)})
+	r.eventually(10*time.Second, func() bool { return r.cons.Status().Partitions[0].Next == 4 }, "region 1 heartbeat")
+	r.flush()
+	if st, _ := r.store.FlowState(ctx, id); st.CheckpointTS != ts(2500) {
+		t.Fatalf("checkpoint %d, want %d", st.CheckpointTS, ts(2500))
+	}
+}

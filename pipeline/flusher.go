@@ -21,6 +21,7 @@ type partCommit struct {
 	from, to int64
 	ckpt     uint64
 	hasCkpt  bool
+	regions  map[uint64]uint64
 }
 
 // cycle is one frozen generation on its way to GCS and the commit.
@@ -294,7 +295,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		commit.Leases = append(commit.Leases, p.lease)
 		commit.Partitions = append(commit.Partitions, meta.PartitionCommit{
 			Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
-			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt,
+			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Regions: p.regions,
 		})
 	}
 	for _, fu := range cyc.flows {

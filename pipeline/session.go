@@ -366,13 +366,20 @@ func (s *session) freeze(trigger string) *cycle {
 		}
 	}
 	for _, ps := range s.parts {
+		if ps.next < 0 {
+			continue // no record yet, no committed offset to repeat
+		}
 		ck, ok := ps.checkpoint(now, c.cfg.RegionTTL)
 		if ps.next == ps.cycleFrom && (!ok || ck == ps.frozenCkpt) {
 			continue // nothing new to commit for this partition
 		}
 		ps.frozenCkpt = ck
+		regions := make(map[uint64]uint64, len(ps.regions))
+		for id, r := range ps.regions {
+			regions[id] = r.resolved
+		}
 		cyc.parts = append(cyc.parts, partCommit{
-			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok,
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, regions: regions,
 		})
 		ps.cycleFrom = ps.next
 	}
@@ -403,6 +410,14 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 			return nil, fmt.Errorf("lease %s/%d: %w", c.d.ApplyTopic, p, err)
 		}
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{}}
+		known, err := c.d.Store.PartitionRegions(ctx, c.d.ApplyTopic, p)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		for r, ts := range known {
+			ps.regions[r] = &regionState{resolved: ts, seen: now}
+		}
 		if o, ok, err := c.d.Store.Offset(ctx, c.d.ApplyTopic, p); err != nil {
 			return nil, fmt.Errorf("offset %s/%d: %w", c.d.ApplyTopic, p, err)
 		} else if ok {
