@@ -16,6 +16,7 @@ require (
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	google.golang.org/api v0.307.0
 	google.golang.org/protobuf v1.36.12
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
