@@ -2,12 +2,20 @@
 // end-to-end tests that need to kill, restart or signal the broker
 // independently of the test binary.
 //
-//	kfakebroker --port 0 --apply-partitions 4 [--data-dir DIR]
+//	kfakebroker --port 0 --apply-partitions 4 [--data-dir DIR] [--nodes N] [--faults SPEC]
 //
 // When the broker accepts connections it prints exactly one line to stdout,
 // "kfake listening on HOST:PORT", and it exits 0 on SIGTERM or SIGINT. With
 // --data-dir the broker's state survives a restart of the process on the
 // same directory (topics are seeded only when the directory holds no state).
+//
+// --faults injects retriable broker errors for fault-tolerance tests, e.g.
+// "fetch=0.2,commit=0.3,produce=0.1,coordinator-move-every=5s,partition-move-every=5s":
+// fetch and produce requests fail per partition with NOT_LEADER_FOR_PARTITION,
+// offset commits with NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS, each
+// with the given probability (the broker rejects a faulted request before
+// acting on it), and coordinators and partition leaders move between the
+// --nodes nodes periodically. The counts are printed on shutdown.
 package main
 
 import (
@@ -31,6 +39,8 @@ type config struct {
 	dlqTopic        string
 	syncWrites      bool
 	logLevel        string
+	nodes           int
+	faults          string
 }
 
 func (c *config) registerFlags(f *flag.FlagSet) {
@@ -41,6 +51,8 @@ func (c *config) registerFlags(f *flag.FlagSet) {
 	f.StringVar(&c.ddlTopic, "ddl-topic", "flowlog.ddl", "DDL topic to create (1 partition)")
 	f.StringVar(&c.dlqTopic, "dlq-topic", "flowlog.dlq", "dead-letter topic to create (1 partition)")
 	f.BoolVar(&c.syncWrites, "sync", false, "fsync every write (with --data-dir)")
+	f.IntVar(&c.nodes, "nodes", 1, "broker nodes (the first on --port, the others on free ports)")
+	f.StringVar(&c.faults, "faults", "", "retriable errors to inject, e.g. fetch=0.2,commit=0.3,produce=0.1,coordinator-move-every=5s,partition-move-every=5s")
 	f.StringVar(&c.logLevel, "log-level", "none", "kfake log level to stderr: none, error, warn, info, debug")
 }
 
@@ -50,6 +62,12 @@ func (c *config) validate() error {
 	}
 	if c.applyPartitions < 1 {
 		return fmt.Errorf("--apply-partitions %d: must be at least 1", c.applyPartitions)
+	}
+	if c.nodes < 1 {
+		return fmt.Errorf("--nodes %d: must be at least 1", c.nodes)
+	}
+	if _, err := parseFaults(c.faults); err != nil {
+		return err
 	}
 	if c.applyTopic == "" || c.ddlTopic == "" || c.dlqTopic == "" {
 		return fmt.Errorf("topic names must not be empty")
@@ -70,7 +88,7 @@ func (c *config) opts() []kfake.Opt {
 		level = kfake.LogLevelError
 	}
 	opts := []kfake.Opt{
-		kfake.Ports(c.port),
+		kfake.Ports(append([]int{c.port}, make([]int, c.nodes-1)...)...),
 		kfake.SeedTopics(int32(c.applyPartitions), c.applyTopic),
 		kfake.SeedTopics(1, c.ddlTopic, c.dlqTopic),
 		kfake.AllowAutoTopicCreation(),
@@ -105,9 +123,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kfakebroker: start: %v\n", err)
 		os.Exit(1)
 	}
+	spec, _ := parseFaults(cfg.faults) // validated above
+	stats, stopFaults := spec.install(c, []string{cfg.applyTopic, cfg.ddlTopic, cfg.dlqTopic},
+		map[string]int32{cfg.applyTopic: int32(cfg.applyPartitions), cfg.ddlTopic: 1, cfg.dlqTopic: 1}, cfg.nodes)
+	defer stopFaults()
 	fmt.Printf("kfake listening on %s\n", c.ListenAddrs()[0])
 
 	sig := <-sigs
+	if cfg.faults != "" {
+		fmt.Fprintf(os.Stderr, "kfakebroker: %v\n", stats)
+	}
 	fmt.Fprintf(os.Stderr, "kfakebroker: %v: shutting down\n", sig)
 	done := make(chan struct{})
 	go func() {
