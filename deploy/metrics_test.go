@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
@@ -163,11 +164,21 @@ var fqNameRE = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 func (r *recorder) Register(c prometheus.Collector) error {
 	kind := ""
-	switch c.(type) {
-	case prometheus.Histogram, *prometheus.HistogramVec:
+	switch m := c.(type) {
+	case *prometheus.HistogramVec:
 		kind = "Histogram"
-	case prometheus.Summary, *prometheus.SummaryVec:
+	case *prometheus.SummaryVec:
 		kind = "Summary"
+	case prometheus.Metric: // a plain histogram or summary: ask the metric itself
+		var pb dto.Metric
+		if err := m.Write(&pb); err == nil {
+			switch {
+			case pb.Histogram != nil:
+				kind = "Histogram"
+			case pb.Summary != nil:
+				kind = "Summary"
+			}
+		}
 	}
 	ch := make(chan *prometheus.Desc)
 	go func() { c.Describe(ch); close(ch) }()
