@@ -56,10 +56,11 @@ func runRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consumer run", flag.ContinueOnError)
 	var cfg runConfig
 	cfg.RegisterFlags(fs)
+	badValues := setupRunFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(badValues(), cfg.Validate()); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	log := newLogger(cfg.LogFormat)
