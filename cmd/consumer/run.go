@@ -150,7 +150,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	cons, err := pipeline.New(cfg.pipe, pipeline.Deps{
 		ApplyTopic: cfg.conn.Kafka.ApplyTopic, Group: cfg.conn.Group, KafkaOpts: kopts,
 		GroupOpts: []kgo.Opt{kgo.WithHooks(kmetrics)},
-		Store: store, Registry: registry, Applier: applier, Bucket: bucket,
+		Store:     store, Registry: registry, Applier: applier, Bucket: bucket,
 		GCSPrefix: cfg.conn.GCS.Prefix, DLQ: dlqw, Logger: log, Registerer: reg, RedactLogs: cfg.RedactLogs,
 	})
 	if err != nil {
