@@ -27,6 +27,11 @@ type Config struct {
 	MaxRetryDelay  time.Duration
 	// ShutdownTimeout bounds the final flush on SIGTERM.
 	ShutdownTimeout time.Duration
+	// SessionTimeout is the consumer group session timeout, also used as the
+	// rebalance timeout: how long the group waits for a silent member (a
+	// crashed or frozen process) before moving its partitions. Zero keeps
+	// the Kafka client's defaults.
+	SessionTimeout time.Duration
 }
 
 // RegisterFlags registers the pipeline flags on f.
@@ -49,6 +54,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.RetryBackoff, "retry-backoff", 500*time.Millisecond, "first delay before retrying a failed flush cycle (doubles, jittered)")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", time.Minute, "how long a graceful stop waits for the final flush before giving up (nothing is lost: uncommitted data is consumed again)")
 	f.DurationVar(&c.MaxRetryDelay, "max-retry-delay", 30*time.Second, "largest delay between retries of a failed flush cycle")
+	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 }
 
 // Validate reports every problem with c.
@@ -89,6 +95,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryBackoff <= 0 || c.MaxRetryDelay < c.RetryBackoff {
 		errs = append(errs, errors.New("--retry-backoff must be positive and at most --max-retry-delay"))
+	}
+	if c.SessionTimeout < 0 {
+		errs = append(errs, errors.New("--session-timeout: must not be negative"))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout: must be positive"))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -150,6 +151,10 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		kgo.FetchMaxBytes(64<<20),
 		kgo.FetchMaxPartitionBytes(16<<20),
 	)
+	if st := c.cfg.SessionTimeout; st > 0 {
+		// A heartbeat at most every third of the session, as Kafka advises.
+		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
