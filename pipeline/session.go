@@ -320,9 +320,14 @@ func decodeReason(err error) string {
 func (s *session) toDLQ(ctx context.Context, r *kgo.Record, reason string, cause error) error {
 	c := s.c
 	c.m.events.WithLabelValues(resultDLQ, reason).Add(float64(max(len(s.batch.Events), 1)))
-	attrs := []any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", cause}
-	if !c.d.RedactLogs {
-		attrs = append(attrs, "key", string(r.Key), "value_bytes", len(r.Value))
+	attrs := []any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason}
+	switch {
+	case !c.d.RedactLogs:
+		attrs = append(attrs, "err", cause, "key", string(r.Key), "value_bytes", len(r.Value))
+	case reason != event.ReasonJSON:
+		// protojson's errors quote the offending input (payload bytes), so
+		// a redacted log gets only their reason; the DLQ header has all.
+		attrs = append(attrs, "err", cause)
 	}
 	c.log.Warn("apply record sent to the DLQ", attrs...)
 	backoff := 100 * time.Millisecond
