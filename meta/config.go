@@ -19,12 +19,18 @@ type Config struct {
 	URL string
 	// Prefix goes in front of every key: "<prefix>:{flowlog}:...".
 	Prefix string
+	// Cluster makes URL a Redis Cluster seed list
+	// (redis://host:port?addr=host2:port&addr=...). Every flowlog key carries
+	// the {flowlog} hash tag, so all of them live in one slot and every
+	// WATCH/MULTI transaction runs on one node.
+	Cluster bool
 }
 
 // RegisterFlags registers --redis-url and --redis-prefix on f.
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.URL, "redis-url", DefaultURL, "Redis URL (redis:// or rediss:// for TLS)")
 	f.StringVar(&c.Prefix, "redis-prefix", DefaultPrefix, "prefix of every Redis key flowlog writes")
+	f.BoolVar(&c.Cluster, "redis-cluster", false, "--redis-url names Redis Cluster seed nodes (more with ?addr=host:port&addr=...)")
 }
 
 // Validate checks that the URL parses and the prefix is usable in key names.
@@ -32,7 +38,11 @@ func (c *Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("redis-url: must not be empty")
 	}
-	if _, err := redis.ParseURL(c.URL); err != nil {
+	if c.Cluster {
+		if _, err := redis.ParseClusterURL(c.URL); err != nil {
+			return fmt.Errorf("redis-url: %w", err)
+		}
+	} else if _, err := redis.ParseURL(c.URL); err != nil {
 		return fmt.Errorf("redis-url: %w", err)
 	}
 	if c.Prefix == "" {
@@ -47,6 +57,13 @@ func (c *Config) Validate() error {
 // NewClient opens a client for c.URL (redis:// or rediss://). The caller
 // closes it.
 func (c Config) NewClient() (redis.UniversalClient, error) {
+	if c.Cluster {
+		opts, err := redis.ParseClusterURL(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis-url: %w", err)
+		}
+		return redis.NewClusterClient(opts), nil
+	}
 	opts, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse redis-url: %w", err)
