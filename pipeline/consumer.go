@@ -136,6 +136,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	if c.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
+	fetchMax := int32(min(64<<20, max(int64(c.cfg.MaxTempBytes)/4, 1<<20)))
 	opts := append(append([]kgo.Opt{}, c.d.KafkaOpts...), c.d.GroupOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.d.Group),
@@ -148,8 +149,11 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		kgo.AdjustFetchOffsetsFn(s.adjustOffsets),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
-		kgo.FetchMaxBytes(64<<20),
-		kgo.FetchMaxPartitionBytes(16<<20),
+		// A poll's records are all written before the --max-temp-bytes
+		// check pauses fetching, so a fetch is at most a quarter of it:
+		// that bounds the overshoot (DESIGN 5).
+		kgo.FetchMaxBytes(fetchMax),
+		kgo.FetchMaxPartitionBytes(min(fetchMax, 16<<20)),
 	)
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
