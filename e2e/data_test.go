@@ -268,19 +268,33 @@ func checkOffsetsAtEnd(ctx context.Context, t testing.TB, brokers, group string,
 // offsets.
 func applyOffsets(ctx context.Context, t testing.TB, brokers, group string) (kadm.ListedOffsets, kadm.OffsetResponses) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	end, err := adm.ListEndOffsets(ctx, testenv.ApplyTopic)
-	if err != nil {
-		t.Fatalf("end offsets: %v", err)
-	}
+	adm := newAdmin(t, brokers)
+	defer adm.Close()
 	committed, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatalf("committed offsets of %s: %v", group, err)
 	}
-	return end, committed
+	return endOffsets(ctx, t, adm), committed
+}
+
+// endOffsets returns the apply topic's end offsets.
+func endOffsets(ctx context.Context, t testing.TB, adm *kadm.Client) kadm.ListedOffsets {
+	t.Helper()
+	end, err := adm.ListEndOffsets(ctx, testenv.ApplyTopic)
+	if err == nil {
+		err = end.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets: %v", err)
+	}
+	return end
+}
+
+func newAdmin(t testing.TB, brokers string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	return kadm.NewClient(cl)
 }
