@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
+	"github.com/flowlog/flowlog/pipeline"
 )
 
 // bpSample is what the backpressure sampler saw at one instant.
@@ -47,6 +50,18 @@ func bpRSS(pid int) int64 {
 	return 0
 }
 
+// bpPaused reports /status fetching_paused (false if /status fails: the
+// sampler runs off the test goroutine and must not t.Fatal).
+func bpPaused(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st pipeline.Status
+	return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Paused
+}
+
 // bpSampler samples the consumer every 100ms until stop is called.
 type bpSampler struct {
 	mu      sync.Mutex
@@ -70,7 +85,7 @@ func startSampler(t *testing.T, cons *proc, tempDir string) *bpSampler {
 			case <-tick.C:
 			}
 			_, b := faultDirBytes(tempDir)
-			smp := bpSample{at: time.Since(start), tempBytes: b, rss: bpRSS(pid), paused: faultStatus(t, cons.Addr).Paused}
+			smp := bpSample{at: time.Since(start), tempBytes: b, rss: bpRSS(pid), paused: bpPaused(cons.Addr)}
 			s.mu.Lock()
 			s.samples = append(s.samples, smp)
 			s.mu.Unlock()
