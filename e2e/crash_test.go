@@ -201,6 +201,9 @@ func crashCheckOffsetsAtEnd(t testing.TB, c *cluster) {
 	}
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
 	end.Each(func(e kadm.ListedOffset) {
+		if e.Offset == 0 {
+			return // no region hashed to this partition
+		}
 		if r, ok, err := store.Offset(ctx, e.Topic, e.Partition); err != nil || !ok || r != e.Offset {
 			t.Errorf("partition %d: Redis offset %d (set %v, %v), end offset %d", e.Partition, r, ok, err, e.Offset)
 		}
