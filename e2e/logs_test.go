@@ -47,6 +47,9 @@ func logsCheckRedacted(t testing.TB, p *proc, cfg loadgen.Config, extra ...strin
 		t.Errorf("%s: empty log", p.name)
 	}
 	for _, n := range append(logsNeedles(cfg), extra...) {
+		if len(n) < 8 {
+			continue // empty values and the like match anything
+		}
 		if i := strings.Index(log, n); i >= 0 {
 			line := log[strings.LastIndexByte(log[:i], '\n')+1:]
 			if j := strings.IndexByte(line, '\n'); j >= 0 {
