@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -57,10 +58,13 @@ type flusher struct {
 	err      error // a fencing failure: the session must end
 	inflight []*cycle
 	failures map[meta.FlowID]int
+	// kafkaPending are the Redis-committed offsets not yet acknowledged by
+	// Kafka's group coordinator, by apply partition.
+	kafkaPending map[int32]int64
 }
 
 func newFlusher(c *Consumer, s *session) *flusher {
-	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}}
+	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}, kafkaPending: map[int32]int64{}}
 }
 
 // enqueue hands a frozen cycle over. It never blocks.
@@ -332,24 +336,57 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 // commitKafka mirrors the Redis offsets to the group's Kafka commits. They
 // are advisory (a partition restarts from Redis first), so a failure is
 // logged, not retried.
+//
+// Offsets whose commit failed stay pending and go out again with the next
+// cycle (an interval cycle runs even without new data), so Kafka catches up
+// with Redis once the group coordinator answers again.
 func (f *flusher) commitKafka(ctx context.Context, cyc *cycle) {
-	offs := map[string]map[int32]kgo.EpochOffset{}
+	f.mu.Lock()
 	for _, p := range cyc.parts {
-		t := offs[p.lease.Topic]
-		if t == nil {
-			t = map[int32]kgo.EpochOffset{}
-			offs[p.lease.Topic] = t
-		}
-		t[p.lease.Partition] = kgo.EpochOffset{Epoch: -1, Offset: p.to}
+		f.kafkaPending[p.lease.Partition] = p.to
 	}
-	if len(offs) == 0 {
+	if len(f.kafkaPending) == 0 {
+		f.mu.Unlock()
 		return
 	}
+	topic := f.c.d.ApplyTopic
+	offs := map[string]map[int32]kgo.EpochOffset{topic: {}}
+	for p, o := range f.kafkaPending {
+		offs[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	f.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	f.s.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+	f.s.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
-			f.c.log.Warn("kafka offset commit failed (Redis holds the offsets)", "err", err)
+			f.c.log.Warn("kafka offset commit failed (Redis holds the offsets); retried next cycle", "err", err)
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic != topic {
+					continue
+				}
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					f.c.log.Warn("kafka offset commit failed for a partition; retried next cycle", "partition", p.Partition, "err", perr)
+					continue
+				}
+				if f.kafkaPending[p.Partition] == offs[topic][p.Partition].Offset {
+					delete(f.kafkaPending, p.Partition)
+				}
+			}
 		}
 	})
+}
+
+// forgetKafka drops pending Kafka commits of partitions this member no
+// longer owns, so it never overwrites the new owner's commit.
+func (f *flusher) forgetKafka(partitions []int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range partitions {
+		delete(f.kafkaPending, p)
+	}
 }

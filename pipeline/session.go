@@ -461,6 +461,7 @@ func (s *session) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	if err != nil {
 		s.c.log.Warn("flush on revoke did not finish; the next owner resumes from the last commit", "err", err)
 	}
+	s.fl.forgetKafka(revoked[s.c.d.ApplyTopic])
 	s.mu.Lock()
 	for _, p := range revoked[s.c.d.ApplyTopic] {
 		delete(s.parts, p)
@@ -472,11 +473,25 @@ func (s *session) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 // onLost forgets partitions that were taken away without a revoke; what was
 // not committed for them will fail the lease check.
 func (s *session) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.fl.forgetKafka(lost[s.c.d.ApplyTopic])
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	gone := map[int32]bool{}
 	for _, p := range lost[s.c.d.ApplyTopic] {
 		delete(s.parts, p)
+		gone[p] = true
 	}
+	// Their records in the current generation must not ride along in the
+	// next cycle: that commit would no longer check these partitions'
+	// leases, and whoever owns them now consumes them from the last commit.
+	for k, f := range s.gen.files {
+		if gone[k.partition] {
+			s.gen.bytes -= f.size
+			f.remove()
+			delete(s.gen.files, k)
+		}
+	}
+	s.gen.last = nil
 }
 
 // dropAll removes the files of the current generation (after a failure; a
