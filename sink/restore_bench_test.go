@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 )
 
 var benchRestoreMiB = flag.Int("restore-mib", 128, "MiB of log data BenchmarkRestore restores")
+var benchRestoreMem = flag.Int("restore-max-memory-mib", 64, "BenchmarkRestore's MaxMemory in MiB")
 var benchLowGC = flag.Bool("restore-lowgc", true, "run BenchmarkRestore with GOGC=5 so that restore-heap-MiB approximates the live heap")
 
 // benchBackup writes about mib MiB of TiKV-shaped log data: puts with short
@@ -81,18 +83,31 @@ func BenchmarkRestore(b *testing.B) {
 				stop := make(chan struct{})
 				peak := make(chan uint64)
 				go func() { peak <- peakHeap(stop) }()
+				cpu0 := cpuTime()
 				st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: bkt, MetaPaths: metas, TS: ts,
-					OutDir: b.TempDir(), TempDir: b.TempDir(), MaxMemory: 64 << 20})
+					OutDir: b.TempDir(), TempDir: b.TempDir(), MaxMemory: int64(*benchRestoreMem) << 20})
 				close(stop)
+				cpu := cpuTime() - cpu0
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.SetBytes(st.LogBytes)
 				p := <-peak
 				b.ReportMetric(float64(p-min(base, p))/(1<<20), "restore-heap-MiB")
+				// CPU seconds per GiB of log: steadier than MB/s on a loaded machine.
+				b.ReportMetric(cpu.Seconds()/(float64(st.LogBytes)/(1<<30)), "cpu-s/GiB")
 			}
 		})
 	}
+}
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // liveHeap is the heap in use. The benchmark runs the restore with a low
