@@ -196,7 +196,8 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		}
 		prev = s
 	}
-	t.Logf("%d samples: %d distinct checkpoints, max lag %v, written seen mid-load %v; final %+v", len(samples), len(ckpts), maxLag, midWritten, prev)
+	t.Logf("%d samples: %d distinct checkpoints, max lag %v, written seen mid-load %v; final written %v, checkpoint %v, lag %v, flushes %v",
+		len(samples), len(ckpts), maxLag, midWritten, prev.written, prev.ckpt, prev.lag, prev.flushes)
 	if len(ckpts) < 2 {
 		t.Errorf("checkpoint_ts took %d distinct values during the load, want it rising through >= 2", len(ckpts))
 	}
