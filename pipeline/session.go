@@ -112,7 +112,7 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		if time.Since(lastGauge) > time.Second {
 			lastGauge = time.Now()
-			s.updateGauges()
+			s.updateGauges(ctx)
 		}
 	}
 }
@@ -507,9 +507,21 @@ func (s *session) dropAll() {
 }
 
 // updateGauges refreshes temp_bytes{flow} and consumer_lag_records.
-func (s *session) updateGauges() {
+func (s *session) updateGauges(ctx context.Context) {
 	c := s.c
+	// The high watermark of the last fetch goes stale while fetching is
+	// paused, so ask the broker for the end offsets.
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	ends, err := s.adm.ListEndOffsets(lctx, c.d.ApplyTopic)
+	cancel()
 	s.mu.Lock()
+	if err == nil {
+		ends.Each(func(o kadm.ListedOffset) {
+			if ps := s.parts[o.Partition]; ps != nil && o.Err == nil && o.Offset > ps.hwm {
+				ps.hwm = o.Offset
+			}
+		})
+	}
 	per := map[string]float64{}
 	for _, f := range s.gen.files {
 		per[flowLabel(f.flow.Info.CatalogName, f.flow.Info.FlowName)] += float64(f.size)
