@@ -16,82 +16,162 @@ import (
 	"github.com/flowlog/flowlog/event"
 )
 
-// extSorter sorts (key, value) entries by key bytes in bounded memory: it
-// buffers entries in one arena and, when the arena passes its budget, sorts
-// it and spills it as a run file; iterating merges the runs (k-way) with
-// what is still in memory. Entries with equal keys come out in an
-// unspecified order. It is not safe for concurrent use.
+// extSorter sorts (key, value) entries by key bytes in bounded memory. It
+// fills one run buffer (entries copied into fixed-size slabs, plus an index)
+// while the previous, full buffer is sorted and spilled as a run file by a
+// background goroutine; iterating merges the runs (k-way) with the last
+// buffer, sorted in memory. The two buffers together stay within the
+// budget. Entries with equal keys come out in an unspecified order. It is
+// not safe for concurrent use.
 type extSorter struct {
 	dir    string
 	name   string
-	budget int
-	arena  []byte
-	idx    []span
+	budget int // of one run buffer: half the sorter's budget
+	cur    *runBuf
+	spare  *runBuf        // the other buffer, once its spill finished
+	spillc chan spillDone // the in-flight spill, if any
 	runs   []string
 	bytes  int64 // framed bytes added, for stats
 }
 
-// span indexes one entry of the arena. p0 and p1 cache 16 key bytes from
-// the arena's common key prefix on (zero padded), so that most comparisons
-// of a sort stay in the index instead of missing the cache on two random
-// arena offsets; they are filled by sortMem.
+type spillDone struct {
+	buf  *runBuf
+	name string
+	err  error
+}
+
+// slabSize is the arena allocation unit: entries are copied into slabs of
+// this size (an entry that does not fit gets a slab of its own), so the
+// arena grows without copying and slabs are reused run after run.
+const slabSize = 1 << 20
+
+// runBuf holds the entries of one run: their bytes in slabs and an index.
+type runBuf struct {
+	slabs [][]byte
+	used  int // slabs in use; slabs[used:] are empty and reusable
+	mem   int // bytes of the slabs in use plus the index capacity
+	idx   []span
+}
+
+// span indexes one entry of a runBuf. p0 and p1 cache 16 key bytes from the
+// run's common key prefix on (zero padded), so that most comparisons of a
+// sort stay in the index instead of missing the cache on two random slab
+// offsets; they are filled by sort.
 type span struct {
 	p0, p1 uint64
-	off    uint32 // of the key in arena
+	slab   uint32
+	off    uint32 // of the key in the slab
 	klen   uint32
 	vlen   uint32
 }
 
-// spanSize is the memory of one index element (with padding).
+// spanSize is the memory of one index element.
 const spanSize = int(unsafe.Sizeof(span{}))
 
 func newExtSorter(dir, name string, budget int) *extSorter {
-	budget = max(budget, 1<<20)
-	return &extSorter{dir: dir, name: name, budget: budget}
+	budget = max(budget/2, 2*slabSize)
+	return &extSorter{dir: dir, name: name, budget: budget, cur: &runBuf{}}
 }
 
 func (s *extSorter) add(key, value []byte) error {
 	need := len(key) + len(value)
-	if len(s.arena) > 0 && (len(s.arena)+need+spanSize*(len(s.idx)+1) > s.budget || len(s.arena)+need > 1<<32-1) {
+	if need > 1<<31 {
+		return fmt.Errorf("sort %s: entry of %d bytes is too large", s.name, need)
+	}
+	if len(s.cur.idx) > 0 && s.cur.mem+s.cur.growth(need) > s.budget {
 		if err := s.spill(); err != nil {
 			return err
 		}
 	}
-	if len(s.arena)+need > cap(s.arena) {
-		// Grow by hand, never past the budget (append would double).
-		c := min(max(2*cap(s.arena), 4<<20, len(s.arena)+need), max(s.budget, len(s.arena)+need))
-		a := make([]byte, len(s.arena), c)
-		copy(a, s.arena)
-		s.arena = a
-	}
-	s.idx = append(s.idx, span{off: uint32(len(s.arena)), klen: uint32(len(key)), vlen: uint32(len(value))})
-	s.arena = append(s.arena, key...)
-	s.arena = append(s.arena, value...)
+	s.cur.add(key, value)
 	s.bytes += int64(event.EntrySize(key, value))
 	return nil
 }
 
-func (s *extSorter) key(sp span) []byte {
-	return s.arena[sp.off : sp.off+sp.klen : sp.off+sp.klen]
+// growth is how much adding an entry of need bytes may add to b.mem.
+func (b *runBuf) growth(need int) int {
+	g := 0
+	if len(b.idx) == cap(b.idx) {
+		g += max(cap(b.idx), 1024) * spanSize
+	}
+	if b.used == 0 || len(b.slabs[b.used-1])+need > cap(b.slabs[b.used-1]) {
+		g += max(need, slabSize)
+	}
+	return g
 }
 
-func (s *extSorter) value(sp span) []byte {
-	o := sp.off + sp.klen
-	return s.arena[o : o+sp.vlen : o+sp.vlen]
+func (b *runBuf) add(key, value []byte) {
+	need := len(key) + len(value)
+	if b.used == 0 || len(b.slabs[b.used-1])+need > cap(b.slabs[b.used-1]) {
+		b.nextSlab(need)
+	}
+	if len(b.idx) == cap(b.idx) {
+		b.mem -= cap(b.idx) * spanSize
+		b.idx = slices.Grow(b.idx, max(cap(b.idx), 1024))
+		b.mem += cap(b.idx) * spanSize
+	}
+	i := b.used - 1
+	sl := b.slabs[i]
+	b.idx = append(b.idx, span{slab: uint32(i), off: uint32(len(sl)), klen: uint32(len(key)), vlen: uint32(len(value))})
+	sl = append(sl, key...)
+	b.slabs[i] = append(sl, value...)
 }
 
-// sortMem sorts the index by key. It first finds the length of the prefix
-// all keys share and caches the next 16 bytes of each key in its span, so
-// that the comparisons read the index sequentially; only keys whose cached
-// bytes tie are compared in the arena.
-func (s *extSorter) sortMem() {
-	if len(s.idx) < 2 {
+// nextSlab makes an empty slab with room for need bytes current.
+func (b *runBuf) nextSlab(need int) {
+	if b.used < len(b.slabs) && cap(b.slabs[b.used]) >= need {
+		b.mem += cap(b.slabs[b.used])
+		b.used++
 		return
 	}
-	first := s.key(s.idx[0])
+	sl := make([]byte, 0, max(need, slabSize))
+	if b.used < len(b.slabs) {
+		b.slabs[b.used] = sl // replaces a reusable slab too small for need
+	} else {
+		b.slabs = append(b.slabs, sl)
+	}
+	b.mem += cap(sl)
+	b.used++
+}
+
+// reset empties b, keeping its index and its ordinary slabs for reuse.
+func (b *runBuf) reset() {
+	keep := b.slabs[:0]
+	for _, sl := range b.slabs {
+		if cap(sl) == slabSize {
+			keep = append(keep, sl[:0])
+		}
+	}
+	clear(b.slabs[len(keep):])
+	b.slabs = keep
+	b.used = 0
+	b.idx = b.idx[:0]
+	b.mem = cap(b.idx) * spanSize
+}
+
+func (b *runBuf) key(sp span) []byte {
+	sl := b.slabs[sp.slab]
+	return sl[sp.off : sp.off+sp.klen : sp.off+sp.klen]
+}
+
+func (b *runBuf) value(sp span) []byte {
+	o := sp.off + sp.klen
+	sl := b.slabs[sp.slab]
+	return sl[o : o+sp.vlen : o+sp.vlen]
+}
+
+// sort sorts the index by key. It first finds the length of the prefix all
+// keys share and caches the next 16 bytes of each key in its span, so that
+// the comparisons read the index sequentially; only keys whose cached bytes
+// tie are compared in the slabs.
+func (b *runBuf) sort() {
+	if len(b.idx) < 2 {
+		return
+	}
+	first := b.key(b.idx[0])
 	common := len(first)
-	for _, sp := range s.idx[1:] {
-		k := s.key(sp)
+	for _, sp := range b.idx[1:] {
+		k := b.key(sp)
 		n := min(common, len(k))
 		c := 0
 		for c < n && k[c] == first[c] {
@@ -102,18 +182,18 @@ func (s *extSorter) sortMem() {
 			break
 		}
 	}
-	for i := range s.idx {
-		sp := &s.idx[i]
-		sp.p0, sp.p1 = keyPrefix(s.key(*sp)[common:])
+	for i := range b.idx {
+		sp := &b.idx[i]
+		sp.p0, sp.p1 = keyPrefix(b.key(*sp)[common:])
 	}
-	slices.SortFunc(s.idx, func(a, b span) int {
+	slices.SortFunc(b.idx, func(x, y span) int {
 		switch {
-		case a.p0 != b.p0:
-			return cmpUint(a.p0, b.p0)
-		case a.p1 != b.p1:
-			return cmpUint(a.p1, b.p1)
+		case x.p0 != y.p0:
+			return cmpUint(x.p0, y.p0)
+		case x.p1 != y.p1:
+			return cmpUint(x.p1, y.p1)
 		}
-		return bytes.Compare(s.key(a), s.key(b))
+		return bytes.Compare(b.key(x), b.key(y))
 	})
 }
 
@@ -135,23 +215,56 @@ func cmpUint(a, b uint64) int {
 	return 1
 }
 
-// spill writes the sorted arena as a run file and empties it.
+// spill hands the current buffer to a goroutine that sorts it and writes it
+// as a run file, after the previous spill finished, and continues with the
+// other buffer.
 func (s *extSorter) spill() error {
-	s.sortMem()
+	if err := s.wait(); err != nil {
+		return err
+	}
+	buf := s.cur
 	name := filepath.Join(s.dir, fmt.Sprintf("%s-%06d.run", s.name, len(s.runs)))
+	s.runs = append(s.runs, name)
+	s.spillc = make(chan spillDone, 1)
+	go func(c chan<- spillDone) {
+		buf.sort()
+		c <- spillDone{buf: buf, name: name, err: writeRun(name, buf)}
+	}(s.spillc)
+	if s.spare == nil {
+		s.spare = &runBuf{}
+	}
+	s.cur, s.spare = s.spare, nil
+	return nil
+}
+
+// wait waits for the in-flight spill, if any, and makes its buffer the
+// spare.
+func (s *extSorter) wait() error {
+	if s.spillc == nil {
+		return nil
+	}
+	d := <-s.spillc
+	s.spillc = nil
+	d.buf.reset()
+	s.spare = d.buf
+	return d.err
+}
+
+// writeRun writes the sorted entries of b as framed entries to a new file.
+func writeRun(name string, b *runBuf) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return fmt.Errorf("spill sorted run: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(f, 256<<10)
 	var hdr [4]byte
-	for _, sp := range s.idx {
+	for _, sp := range b.idx {
 		binary.LittleEndian.PutUint32(hdr[:], sp.klen)
 		w.Write(hdr[:])
-		w.Write(s.key(sp))
+		w.Write(b.key(sp))
 		binary.LittleEndian.PutUint32(hdr[:], sp.vlen)
 		w.Write(hdr[:])
-		w.Write(s.value(sp))
+		w.Write(b.value(sp))
 	}
 	err = w.Flush()
 	if cerr := f.Close(); err == nil {
@@ -160,20 +273,27 @@ func (s *extSorter) spill() error {
 	if err != nil {
 		return fmt.Errorf("spill sorted run %s: %w", name, err)
 	}
-	s.runs = append(s.runs, name)
-	s.arena = s.arena[:0]
-	s.idx = s.idx[:0]
 	return nil
 }
+
+// close waits for an in-flight spill; the sorter's run files are removed
+// with the restore's temp dir.
+func (s *extSorter) close() error { return s.wait() }
 
 // iter returns an iterator over all entries in key order. The sorter must
 // not be added to afterwards.
 func (s *extSorter) iter() (sortedIter, error) {
-	s.sortMem()
-	mem := &memIter{s: s}
+	if err := s.wait(); err != nil {
+		return nil, err
+	}
+	s.spare = nil // not needed any more: let it go
+	s.cur.sort()
+	mem := &memIter{b: s.cur}
 	if len(s.runs) == 0 {
 		return mem, nil
 	}
+	// The run readers' buffers share a quarter of the budget.
+	bufSize := min(max(s.budget/2/len(s.runs), 16<<10), 256<<10)
 	m := &mergeIter{}
 	for _, name := range s.runs {
 		f, err := os.Open(name)
@@ -181,7 +301,7 @@ func (s *extSorter) iter() (sortedIter, error) {
 			m.Close()
 			return nil, fmt.Errorf("open sorted run: %w", err)
 		}
-		r := &runIter{f: f, r: event.NewEntryReader(bufio.NewReaderSize(f, 256<<10))}
+		r := &runIter{f: f, r: event.NewEntryReader(bufio.NewReaderSize(f, bufSize))}
 		r.r.SetMaxEntrySize(1 << 31)
 		m.srcs = append(m.srcs, r)
 	}
@@ -201,17 +321,17 @@ type sortedIter interface {
 }
 
 type memIter struct {
-	s *extSorter
+	b *runBuf
 	i int
 }
 
 func (m *memIter) next() ([]byte, []byte, bool, error) {
-	if m.i >= len(m.s.idx) {
+	if m.i >= len(m.b.idx) {
 		return nil, nil, false, nil
 	}
-	sp := m.s.idx[m.i]
+	sp := m.b.idx[m.i]
 	m.i++
-	return m.s.key(sp), m.s.value(sp), true, nil
+	return m.b.key(sp), m.b.value(sp), true, nil
 }
 
 func (m *memIter) Close() error { return nil }

@@ -32,9 +32,10 @@ type RestoreOptions struct {
 	OutDir string
 	// TempDir holds sorted runs while restoring (default os.TempDir()).
 	TempDir string
-	// MaxMemory bounds the entries buffered in memory before they are
-	// spilled to TempDir (default 256 MiB). Peak memory is about this plus
-	// Parallel chunk buffers.
+	// MaxMemory bounds what the restore buffers (default 256 MiB): the
+	// chunk readers' batches come out of it and the rest holds the sorted
+	// runs of write records and default-CF values before they are spilled
+	// to TempDir. The Go runtime and zstd decoders come on top.
 	MaxMemory int64
 	// Parallel is the number of chunks read at once (default 4).
 	Parallel int
@@ -85,8 +86,13 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if err != nil {
 		return st, err
 	}
-	writes := newExtSorter(tmp, "write", int(o.MaxMemory/2))
-	defaults := newExtSorter(tmp, "default", int(o.MaxMemory/2))
+	// The readers' batches and buffers come out of the budget; the sorters
+	// share the rest.
+	sortMem := max(o.MaxMemory-readerMemory(o.Parallel), 0)
+	writes := newExtSorter(tmp, "write", int(sortMem/2))
+	defer writes.close()
+	defaults := newExtSorter(tmp, "default", int(sortMem/2))
+	defer defaults.close()
 	tables := map[int64]bool{}
 	for id, ok := range o.Tables {
 		if ok {
@@ -263,6 +269,12 @@ func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn fu
 }
 
 const batchSize = 1 << 20
+
+// readerMemory approximates what parallel chunk readers hold: per reader a
+// batch being filled, one queued in the channel and a read buffer.
+func readerMemory(parallel int) int64 {
+	return int64(parallel) * (2*(batchSize+64<<10) + 256<<10)
+}
 
 // batchBufs recycles entry batches between the chunk readers and the
 // restore loop.
