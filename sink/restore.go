@@ -4,14 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 
 	"github.com/flowlog/flowlog/event"
@@ -384,18 +380,29 @@ func chunkErr(j chunkJob, err error) error {
 // writeTables runs the MVCC read over the sorted write records, joining
 // default-CF values, and writes the tables' jsonl files.
 func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64]bool, st *RestoreStats) error {
+	// Both sorters sort their last run in memory: do it side by side.
+	var (
+		dit  sortedIter
+		derr error
+		done = make(chan struct{})
+	)
+	go func() { dit, derr = defaults.iter(); close(done) }()
 	wit, err := writes.iter()
+	<-done
+	if wit != nil {
+		defer wit.Close()
+	}
+	if dit != nil {
+		defer dit.Close()
+	}
 	if err != nil {
 		return err
 	}
-	defer wit.Close()
-	dit, err := defaults.iter()
-	if err != nil {
-		return err
+	if derr != nil {
+		return derr
 	}
-	defer dit.Close()
-	out := &tableWriter{dir: o.OutDir, written: map[int64]bool{}}
-	defer out.close()
+	out := newTableWriter(o.OutDir)
+	defer out.finish()
 
 	var (
 		decided  []byte // encoded key whose version has been chosen
@@ -403,7 +410,7 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64
 		dval     []byte
 		dok      = true
 		lookup   []byte
-		line     []byte
+		raw      []byte
 		defStart = true
 	)
 	for {
@@ -442,22 +449,17 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64
 				}
 			}
 			if !dok || !bytes.Equal(dkey, lookup) {
-				raw, _, _ := event.DecodeBytes(encoded)
-				tid, _ := event.TableIDOfRaw(raw)
+				tid, _ := event.TableIDOfRaw(appendRaw(nil, encoded))
 				return fmt.Errorf("restore: table %d: put at commit ts %d has no short value and no default-CF entry at start ts %d", tid, commitTS, w.StartTS)
 			}
 			val = dval
 		}
-		raw, _, err := event.DecodeBytes(encoded)
-		if err != nil {
-			return err
-		}
+		raw = appendRaw(raw[:0], encoded)
 		tid, ok := event.TableIDOfRaw(raw)
 		if !ok || o.Tables != nil && !o.Tables[tid] {
 			continue
 		}
-		line = appendLine(line[:0], raw, val, commitTS)
-		if err := out.write(tid, line); err != nil {
+		if err := out.writeLine(tid, raw, val, commitTS); err != nil {
 			return err
 		}
 		st.Keys++
@@ -471,7 +473,7 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64
 		}
 	}
 	st.Tables = len(out.written)
-	return out.close()
+	return out.finish()
 }
 
 func tsBytes(ts uint64) []byte {
@@ -482,72 +484,4 @@ func tsBytes(ts uint64) []byte {
 		x >>= 8
 	}
 	return b[:]
-}
-
-func appendLine(b, raw, val []byte, ts uint64) []byte {
-	b = append(b, `{"key":"`...)
-	b = hex.AppendEncode(b, raw)
-	b = append(b, `","value":"`...)
-	b = base64.StdEncoding.AppendEncode(b, val)
-	b = append(b, `","commit_ts":`...)
-	b = strconv.AppendUint(b, ts, 10)
-	return append(b, "}\n"...)
-}
-
-// tableWriter writes the jsonl files. Keys come in raw key order, which
-// groups them by table (the table id is the key's big-endian prefix), so one
-// file is open at a time.
-type tableWriter struct {
-	dir     string
-	id      int64
-	f       *os.File
-	w       *bufio.Writer
-	written map[int64]bool
-}
-
-func (t *tableWriter) open(id int64) error {
-	if err := t.close(); err != nil {
-		return err
-	}
-	if t.written[id] {
-		return fmt.Errorf("restore: table %d: keys out of order", id)
-	}
-	f, err := os.Create(filepath.Join(t.dir, strconv.FormatInt(id, 10)+".jsonl"))
-	if err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	t.id, t.f, t.written[id] = id, f, true
-	if t.w == nil {
-		t.w = bufio.NewWriterSize(f, 256<<10)
-	} else {
-		t.w.Reset(f)
-	}
-	return nil
-}
-
-func (t *tableWriter) write(id int64, line []byte) error {
-	if t.f == nil || t.id != id {
-		if err := t.open(id); err != nil {
-			return err
-		}
-	}
-	if _, err := t.w.Write(line); err != nil {
-		return fmt.Errorf("restore: write table %d: %w", id, err)
-	}
-	return nil
-}
-
-func (t *tableWriter) close() error {
-	if t.f == nil {
-		return nil
-	}
-	err := t.w.Flush()
-	if cerr := t.f.Close(); err == nil {
-		err = cerr
-	}
-	t.f = nil
-	if err != nil {
-		return fmt.Errorf("restore: write table %d: %w", t.id, err)
-	}
-	return nil
 }

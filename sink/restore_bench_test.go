@@ -12,12 +12,15 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/sink"
+	"github.com/flowlog/flowlog/sink/gcs"
 	"github.com/flowlog/flowlog/sink/sinktest"
 )
 
 var benchRestoreMiB = flag.Int("restore-mib", 128, "MiB of log data BenchmarkRestore restores")
 var benchRestoreMem = flag.Int("restore-max-memory-mib", 64, "BenchmarkRestore's MaxMemory in MiB")
+var benchRestoreGCS = flag.Bool("restore-gcs", false, "BenchmarkRestore reads from the fake-gcs-server emulator through the GCS client instead of a MemBucket")
 var benchLowGC = flag.Bool("restore-lowgc", true, "run BenchmarkRestore with GOGC=5 so that restore-heap-MiB approximates the live heap")
 
 // benchBackup writes about mib MiB of TiKV-shaped log data: puts with short
@@ -70,7 +73,15 @@ func benchBackup(b *testing.B, bkt sink.Bucket, mib int, compression string) ([]
 func BenchmarkRestore(b *testing.B) {
 	for _, comp := range []string{sink.CompressionNone, sink.CompressionZstd} {
 		b.Run(comp, func(b *testing.B) {
-			bkt := sink.NewMemBucket()
+			var bkt sink.Bucket = sink.NewMemBucket()
+			if *benchRestoreGCS {
+				g, err := gcs.New(context.Background(), gcs.Config{Bucket: testenv.Bucket, Endpoint: testenv.StartGCS(b).Endpoint()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer g.Close()
+				bkt = g
+			}
 			metas, ts := benchBackup(b, bkt, *benchRestoreMiB, comp)
 			runtime.GC()
 			b.ResetTimer()
