@@ -73,12 +73,24 @@ func newExtSorter(dir, name string, budget int) *extSorter {
 	return &extSorter{dir: dir, name: name, budget: budget, cur: &runBuf{}}
 }
 
+// runBytes caps a run buffer below the budget: a large budget would
+// otherwise hold a restore's whole data and sort it in one piece at the end,
+// where nothing overlaps the sort, and fault in fresh memory all the way.
+// Bounded runs are sorted and spilled in the background while the chunks
+// are still being read. The cap doubles every 64 runs so that the merge's
+// fan-in (open run files) stays moderate for very large restores.
+const runBytes = 16 << 20
+
+func (s *extSorter) runLimit() int {
+	return min(s.budget, runBytes<<min(len(s.runs)/64, 20))
+}
+
 func (s *extSorter) add(key, value []byte) error {
 	need := len(key) + len(value)
 	if need > 1<<31 {
 		return fmt.Errorf("sort %s: entry of %d bytes is too large", s.name, need)
 	}
-	if len(s.cur.idx) > 0 && s.cur.mem+s.cur.growth(need) > s.budget {
+	if len(s.cur.idx) > 0 && s.cur.mem+s.cur.growth(need) > s.runLimit() {
 		if err := s.spill(); err != nil {
 			return err
 		}
