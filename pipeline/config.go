@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // Config is the pipeline's part of `consumer run`.
@@ -124,15 +125,6 @@ func defaultStoreID() string {
 	return string(b)
 }
 
-func validID(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validID accepts a store id: a name as sink.ValidName allows, at most 64
+// bytes, since it becomes part of every object name.
+func validID(s string) bool { return len(s) <= 64 && sink.ValidName(s) }

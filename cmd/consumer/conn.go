@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -43,6 +44,18 @@ func (c *connConfig) Validate() error {
 
 // openStore connects to Redis. The store has no metrics registry: operator
 // commands are short-lived.
+// parseOpen parses args into fs (where c's flags are registered), validates
+// c and opens the metadata store: the start of every operator command.
+func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, func(), error) {
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return c.openStore()
+}
+
 func (c *connConfig) openStore() (*meta.Store, func(), error) {
 	rdb, err := c.Redis.NewClient()
 	if err != nil {

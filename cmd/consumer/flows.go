@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/event"
-	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 )
 
@@ -83,13 +82,7 @@ func runFlows(ctx context.Context, args []string) error {
 	)
 	conn.RegisterFlags(fs)
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	if err := conn.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	st, closeStore, err := conn.openStore()
+	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}

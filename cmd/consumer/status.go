@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 )
 
@@ -48,13 +47,7 @@ func runStatus(ctx context.Context, args []string) error {
 	conn.RegisterFlags(fs)
 	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:8080", "a running consumer's HTTP address to include its /status (empty: skip)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	if err := conn.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	st, closeStore, err := conn.openStore()
+	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -22,13 +21,7 @@ func runVerify(ctx context.Context, args []string) error {
 	conn.RegisterFlags(fs)
 	addFlowFlags(fs, &flowName, &flowID)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	if err := conn.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	st, closeStore, err := conn.openStore()
+	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}
