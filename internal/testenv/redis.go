@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ type Redis struct {
 	Addr string // host:port on loopback
 	URL  string // redis://host:port/0
 
-	bin  string
-	dir  string
+	bin   string
+	dir   string
+	extra []string
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -30,11 +32,41 @@ type Redis struct {
 // never fall back to a fake.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	return startRedis(t)
+}
+
+// StartRedisCluster starts a one-node Redis Cluster (cluster mode on, all
+// 16384 slots on this node) on a free loopback port; URL works with
+// redis.ParseClusterURL.
+func StartRedisCluster(t testing.TB) *Redis {
+	t.Helper()
+	r := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	cl := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatalf("cluster addslots: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cl.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis cluster not ok: %v %s", err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func startRedis(t testing.TB, extra ...string) *Redis {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found on PATH (install the Debian package redis-server): %v", err)
 	}
-	r := &Redis{bin: bin, dir: t.TempDir()}
+	r := &Redis{bin: bin, dir: t.TempDir(), extra: extra}
 	var lastErr error
 	for range 5 {
 		port, err := FreePort()
@@ -82,11 +114,12 @@ func (r *Redis) Restart(t testing.TB) {
 
 func (r *Redis) start() error {
 	_, port, _ := net.SplitHostPort(r.Addr)
-	cmd := exec.Command(r.bin,
+	args := append([]string{
 		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
 		"--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"),
-	)
+	}, r.extra...)
+	cmd := exec.Command(r.bin, args...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec redis-server: %w", err)
 	}
