@@ -54,9 +54,6 @@ func crashLoadAsync(t testing.TB, c *cluster, cfg loadgen.Config, rate float64) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	args := append([]string{"load", "--brokers", c.Broker.Addr, "--rate", strconv.FormatFloat(rate, 'f', 0, 64)}, loadArgs(cfg)...)
-	if cfg.HeartbeatEvery > 0 { // loadArgs leaves it out
-		args = append(args, "--heartbeat-every", strconv.Itoa(cfg.HeartbeatEvery))
-	}
 	cmd := exec.CommandContext(ctx, binary(t, "producer"), args...)
 	l := &crashLoad{done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &l.out, &l.out

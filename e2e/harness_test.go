@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,7 +199,10 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	}
 }
 
-// loadArgs are the producer flags for cfg.
+// loadArgs are the `producer load` flags for every field of cfg (those of
+// loadgen.Config.RegisterFlags), so that the producer generates exactly
+// what loadgen computes locally from cfg. A zero field is passed as 0,
+// which the producer, like loadgen, reads as the field's default.
 func loadArgs(cfg loadgen.Config) []string {
 	tables := make([]string, len(cfg.Tables))
 	for i, tb := range cfg.Tables {
@@ -205,8 +210,34 @@ func loadArgs(cfg loadgen.Config) []string {
 	}
 	return []string{
 		"--events", strconv.Itoa(cfg.Events), "--tables", strings.Join(tables, ","),
-		"--regions", strconv.Itoa(cfg.Regions), "--value-size", strconv.Itoa(cfg.ValueSize),
-		"--seed", strconv.FormatInt(cfg.Seed, 10), "--start-time", cfg.StartTime.Format(time.RFC3339Nano),
+		"--regions", strconv.Itoa(cfg.Regions), "--rows", strconv.Itoa(cfg.Rows),
+		"--value-size", strconv.Itoa(cfg.ValueSize), "--seed", strconv.FormatInt(cfg.Seed, 10),
+		"--delete-ratio", strconv.FormatFloat(cfg.DeleteRatio, 'g', -1, 64), "--batch-size", strconv.Itoa(cfg.BatchSize),
+		"--start-time", cfg.StartTime.Format(time.RFC3339Nano), "--heartbeat-every", strconv.Itoa(cfg.HeartbeatEvery),
+	}
+}
+
+// TestLoadArgsRoundTrip checks that loadArgs drops no field: the producer's
+// flags (loadgen.Config.RegisterFlags) parse its output back into cfg.
+func TestLoadArgsRoundTrip(t *testing.T) {
+	cfg := loadgen.Config{
+		Events: 1234, Tables: []int64{1, 7}, Regions: 5, Rows: 99, ValueSize: 300, Seed: 42, DeleteRatio: -1,
+		BatchSize: 17, StartTime: time.Date(2026, 3, 1, 10, 30, 0, 123456789, time.UTC), HeartbeatEvery: 3,
+	}
+	v := reflect.ValueOf(cfg)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("test config leaves %s zero: set it so that loadArgs is checked for it", v.Type().Field(i).Name)
+		}
+	}
+	var got loadgen.Config
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	got.RegisterFlags(fs)
+	if err := fs.Parse(loadArgs(cfg)); err != nil {
+		t.Fatalf("parse %v: %v", loadArgs(cfg), err)
+	}
+	if !reflect.DeepEqual(got, cfg) {
+		t.Fatalf("loadArgs(%+v) parses back as %+v", cfg, got)
 	}
 }
 

@@ -52,7 +52,7 @@ func TestRestoreMatchesSeed(t *testing.T) {
 	runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", "f12", "--tables", "1,2")
 	cons := c.startConsumer(t, "consumer-1", "--flush-size", "512KiB") // several cycles: versions of a key in different objects
 	for _, cfg := range []loadgen.Config{short, large} {
-		runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, restoreLoadArgs(cfg)...)...)
+		runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -124,7 +124,7 @@ func TestCorruptChunkFailsLoudly(t *testing.T) {
 			stats := expectLoad(cfg)
 			runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", "fc", "--tables", "1,2")
 			cons := c.startConsumer(t, "consumer-1", "--compression", compression)
-			runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, restoreLoadArgs(cfg)...)...)
+			runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
@@ -182,7 +182,7 @@ func TestRestoreThroughput(t *testing.T) {
 	runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", "fb", "--tables", "1,2")
 	cons := c.startConsumer(t, "consumer-1", "--flush-interval", "5s", "--flush-size", "32MiB")
 	start := time.Now()
-	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, restoreLoadArgs(cfg)...)...)
+	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
@@ -222,12 +222,6 @@ func TestRestoreThroughput(t *testing.T) {
 			restoreCompare(t, out, want)
 		})
 	}
-}
-
-// restoreLoadArgs are the producer flags for cfg: loadArgs plus the
-// heartbeat cadence, which changes the seeded plan.
-func restoreLoadArgs(cfg loadgen.Config) []string {
-	return append(loadArgs(cfg), "--heartbeat-every", strconv.Itoa(cfg.HeartbeatEvery))
 }
 
 // restoreProcCPU is the user+system CPU seconds p's process has used so
