@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -224,7 +223,7 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 	)
 	for ctx.Err() == nil {
 		if pt.consumed.IsZero() {
-			if next, err := statusNext(cl, addr); err == nil {
+			if next, err := statusNext(cl, "http://"+addr); err == nil {
 				now, sum, all := time.Now(), int64(0), len(next) == len(end)
 				for p, n := range next {
 					sum += max(n, 0)
@@ -254,29 +253,6 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 	}
 	b.Fatalf("pipeline did not commit everything: %s", msg)
 	return pt
-}
-
-// statusNext returns the next offset of each partition in /status.
-func statusNext(cl *http.Client, addr string) (map[int32]int64, error) {
-	resp, err := cl.Get("http://" + addr + "/status")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Partitions []struct {
-			Partition int32 `json:"partition"`
-			Next      int64 `json:"next_offset"`
-		} `json:"partitions"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, err
-	}
-	next := map[int32]int64{}
-	for _, p := range st.Partitions {
-		next[p.Partition] = p.Next
-	}
-	return next, nil
 }
 
 func commitDone(ctx context.Context, store *meta.Store, flow string, ts uint64, end map[int32]int64) (bool, string) {

@@ -164,7 +164,17 @@ func opName(op event.Op) string {
 // checkpoint it saw; it returns the flow's id.
 func waitFlowCheckpoint(ctx context.Context, t testing.TB, store *meta.Store, name string, ts uint64, timeout time.Duration) meta.FlowID {
 	t.Helper()
+	id, _ := waitFlowCheckpointTS(ctx, t, store, name, ts, timeout)
+	return id
+}
+
+// waitFlowCheckpointTS is waitFlowCheckpoint that also returns the
+// checkpoint_ts it saw (at least ts). A flow that is not active fails the
+// test at once.
+func waitFlowCheckpointTS(ctx context.Context, t testing.TB, store *meta.Store, name string, ts uint64, timeout time.Duration) (meta.FlowID, uint64) {
+	t.Helper()
 	var id meta.FlowID
+	var ckpt uint64
 	waitFor(t, timeout, func() (bool, string) {
 		if id == 0 {
 			got, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, name)
@@ -180,9 +190,10 @@ func waitFlowCheckpoint(ctx context.Context, t testing.TB, store *meta.Store, na
 		if st.Status != meta.StatusActive && st.Status != "" {
 			t.Fatalf("flow %s is %s: %s", name, st.Status, st.Error)
 		}
-		return st.CheckpointTS >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", name, st.CheckpointTS, ts)
+		ckpt = st.CheckpointTS
+		return ckpt >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", name, ckpt, ts)
 	})
-	return id
+	return id, ckpt
 }
 
 // flowBackup is what readFlowBackup found.

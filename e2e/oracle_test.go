@@ -53,34 +53,6 @@ func (r oracleReport) String() string {
 		r.dupEntries, r.offsetOverlaps, r.unreferenced)
 }
 
-// oracleWaitCheckpoint waits until flow name (catalog default) exists and
-// its checkpoint reaches ts and returns its id and checkpoint.
-func oracleWaitCheckpoint(t testing.TB, store *meta.Store, name string, ts uint64, timeout time.Duration) (meta.FlowID, uint64) {
-	t.Helper()
-	ctx := context.Background()
-	var id meta.FlowID
-	var ckpt uint64
-	waitFor(t, timeout, func() (bool, string) {
-		if id == 0 {
-			got, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, name)
-			if err != nil || !ok {
-				return false, fmt.Sprintf("flow %s not created (%v)", name, err)
-			}
-			id = got
-		}
-		st, err := store.FlowState(ctx, id)
-		if err != nil {
-			return false, err.Error()
-		}
-		if st.Status == meta.StatusFatal {
-			t.Fatalf("flow %s is fatal: %s", name, st.Error)
-		}
-		ckpt = st.CheckpointTS
-		return ckpt >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", name, ckpt, ts)
-	})
-	return id, ckpt
-}
-
 // oracleCheck checks flow name after its checkpoint reached the max
 // resolved ts of loads: restore at the checkpoint equals the expected state
 // of tables, verify exits 0, and the referenced metas hold every produced
@@ -101,7 +73,7 @@ func oracleCheck(t testing.TB, c *cluster, name string, tables []int64, loads ..
 		maxResolved = max(maxResolved, res)
 	}
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
-	id, ckpt := oracleWaitCheckpoint(t, store, name, maxResolved, 60*time.Second)
+	id, ckpt := waitFlowCheckpointTS(context.Background(), t, store, name, maxResolved, 60*time.Second)
 	rep.checkpoint = ckpt
 
 	// 1. restore == expected.

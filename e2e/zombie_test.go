@@ -110,7 +110,7 @@ func TestZombieFencing(t *testing.T) {
 	load.Wait(t)
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg2)...)...)
 	// The other member commits everything, the zombie's partitions included.
-	oracleWaitCheckpoint(t, store, "zombie", max(st1.maxResolved, st2.maxResolved), 60*time.Second)
+	waitFlowCheckpoint(context.Background(), t, store, "zombie", max(st1.maxResolved, st2.maxResolved), 60*time.Second)
 
 	zombie.Signal(syscall.SIGCONT)
 	waitFor(t, 30*time.Second, func() (bool, string) {
