@@ -90,11 +90,11 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 			ck, _ := m.get("flowlog_checkpoint_ts", `flow="default/f1"`)
 			lag, _ := m.get("flowlog_consumer_lag_records")
 			fl, _ := m.get("flowlog_flush_duration_seconds_count", `stage="total"`)
-			mu.Lock()
 			next, err := opsStatusNextWith(cl, base)
 			if err != nil {
 				continue
 			}
+			mu.Lock()
 			samples = append(samples, sample{w, ck, lag, fl, next, time.Now()})
 			mu.Unlock()
 		}
