@@ -111,6 +111,13 @@ func (p *proc) exited() bool {
 	}
 }
 
+// hasExited is exited for callers that do not hold p.mu.
+func (p *proc) hasExited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited()
+}
+
 // Running reports whether the process is running.
 func (p *proc) Running() bool {
 	p.mu.Lock()
@@ -209,10 +216,7 @@ func waitForLine(prefix string) func(p *proc, from int64) error {
 					}
 				}
 			}
-			p.mu.Lock()
-			exited := p.exited()
-			p.mu.Unlock()
-			if exited {
+			if p.hasExited() {
 				return fmt.Errorf("exited before announcing %q: %v", prefix, p.Wait())
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -240,10 +244,7 @@ func waitForHTTP(addr, path string) func(p *proc, from int64) error {
 			} else {
 				last = err.Error()
 			}
-			p.mu.Lock()
-			exited := p.exited()
-			p.mu.Unlock()
-			if exited {
+			if p.hasExited() {
 				return fmt.Errorf("exited before %s answered: %v", path, p.Wait())
 			}
 			time.Sleep(50 * time.Millisecond)
