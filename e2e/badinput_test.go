@@ -279,7 +279,7 @@ func TestBadInput(t *testing.T) {
 	// nothing of a malformed record.
 	got := readFlowBackup(ctx, t, store, bucket, id)
 	opsCompareEvents(t, "valid load", got.events, want.events)
-	m := opsScrape(t, "http://"+cons.Addr)
+	m := scrapeMetrics(t, "http://"+cons.Addr)
 	if v, _ := m.get("flowlog_events_total", `result="skipped"`, `reason="no_table"`); int(v) != noTable {
 		t.Errorf("events_total{skipped,no_table} = %v, want %d", v, noTable)
 	}

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,7 +37,7 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		t.Fatalf("/healthz: %d", code)
 	}
 
-	m0 := opsScrape(t, base)
+	m0 := scrapeMetrics(t, base)
 	for _, s := range []struct {
 		name   string
 		labels []string
@@ -82,7 +80,7 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			m, err := opsScrapeWith(cl, base)
+			m, err := scrapeMetricsWith(cl, base)
 			if err != nil {
 				continue
 			}
@@ -121,7 +119,7 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		return backlog(next) == 0, fmt.Sprintf("/status next offsets %v, end %v", next, end)
 	})
 	waitFor(t, 5*time.Second, func() (bool, string) {
-		lag, n := opsScrape(t, base).get("flowlog_consumer_lag_records")
+		lag, n := scrapeMetrics(t, base).get("flowlog_consumer_lag_records")
 		return n == partitions && lag == 0, fmt.Sprintf("consumer_lag_records: %d series, sum %v after the drain", n, lag)
 	})
 
@@ -143,7 +141,7 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 	close(stop)
 	<-done
 
-	m1 := opsScrape(t, base)
+	m1 := scrapeMetrics(t, base)
 	if w, _ := m1.get("flowlog_events_total", `result="written"`); int(w) != want.total {
 		t.Errorf("events_total{result=written} = %v, want %d (events of tables 1 and 2)", w, want.total)
 	}
@@ -263,71 +261,6 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		t.Errorf("consumer exit after SIGTERM: %v", err)
 	}
 	logsCheckRedacted(t, cons, cfg)
-}
-
-// opsMetrics is a /metrics scrape: value by series as exposed
-// (`name{l1="v1",l2="v2"}`).
-type opsMetrics map[string]float64
-
-// get sums the series of name that carry every one of labels (`k="v"`) and
-// returns the sum and the number of such series.
-func (m opsMetrics) get(name string, labels ...string) (float64, int) {
-	sum, n := 0.0, 0
-	for series, v := range m {
-		base, rest, _ := strings.Cut(series, "{")
-		if base != name {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains("{"+rest, "{"+l+",") && !strings.Contains("{"+rest, ","+l+",") &&
-				!strings.Contains("{"+rest, "{"+l+"}") && !strings.Contains("{"+rest, ","+l+"}") {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			sum += v
-			n++
-		}
-	}
-	return sum, n
-}
-
-func opsScrape(t testing.TB, base string) opsMetrics {
-	t.Helper()
-	m, err := opsScrapeWith(&http.Client{Timeout: 5 * time.Second}, base)
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	return m
-}
-
-func opsScrapeWith(cl *http.Client, base string) (opsMetrics, error) {
-	resp, err := cl.Get(base + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	m := opsMetrics{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m, sc.Err()
 }
 
 // opsGet returns the status code and body of GET url.
