@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -97,27 +96,12 @@ func faultCheckBackup(t *testing.T, c *cluster, want wantEvents, timeout time.Du
 // the consumer's /metrics, and whether it is there.
 func faultMetric(t testing.TB, addr, name, labels string) (float64, bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("get /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	prefix := name + " "
+	series := name
 	if labels != "" {
-		prefix = name + "{" + labels + "} "
+		series = name + "{" + labels + "}"
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric %s%s: %q: %v", name, labels, v, err)
-			}
-			return f, true
-		}
-	}
-	return 0, false
+	v, ok := scrapeMetrics(t, "http://"+addr)[series]
+	return v, ok
 }
 
 // faultStatus returns the consumer's /status document.

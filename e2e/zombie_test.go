@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,24 +16,12 @@ import (
 // zombieFenced sums flowlog_flush_cycles_total{result="fenced"} on p's
 // /metrics.
 func zombieFenced(p *proc) (float64, error) {
-	cl := &http.Client{Timeout: 2 * time.Second}
-	resp, err := cl.Get("http://" + p.Addr + "/metrics")
+	m, err := scrapeMetricsWith(&http.Client{Timeout: 2 * time.Second}, "http://"+p.Addr)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	var n float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "flowlog_flush_cycles_total{") || !strings.Contains(line, `result="fenced"`) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			n += v
-		}
-	}
-	return n, sc.Err()
+	n, _ := m.get("flowlog_flush_cycles_total", `result="fenced"`)
+	return n, nil
 }
 
 // TestZombieFencing is issue 5 item 3: of two consumers, one (the zombie)
