@@ -23,8 +23,8 @@ type Redis struct {
 	bin   string
 	dir   string
 	extra []string
-	cmd  *exec.Cmd
-	done chan error
+	cmd   *exec.Cmd
+	done  chan error
 }
 
 // StartRedis starts a redis-server on a free loopback port and stops it when
