@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"cloud.google.com/go/storage"
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/api/iterator"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -85,6 +88,7 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
 		report(b, raw, pt.done.Sub(pt.first), pt.done.Sub(start), pt.done.Sub(pt.consumed), hwm)
+		gcsCeiling(ctx, b, c, prefix, raw)
 	}
 }
 
@@ -293,4 +297,61 @@ func peakRSS(p *proc) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// gcsCeiling uploads the data objects the pipeline wrote once more, straight
+// through the GCS client to the same emulator, and reports how long that
+// alone takes: the floor under any pipeline's time on this machine, and the
+// best pipeline/raw ratio the emulator allows.
+func gcsCeiling(ctx context.Context, b *testing.B, c *cluster, prefix string, raw rawResult) {
+	bkt := c.GCS.Client.Bucket(c.GCS.Bucket)
+	var names []string
+	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
+	for {
+		attrs, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			b.Fatalf("list objects: %v", err)
+		}
+		if strings.HasSuffix(attrs.Name, ".log") {
+			names = append(names, attrs.Name)
+		}
+	}
+	var took time.Duration
+	var n int64
+	for _, name := range names {
+		r, err := bkt.Object(name).NewReader(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		w := bkt.Object("ceiling/" + name).NewWriter(ctx)
+		if len(data) <= 16<<20 {
+			w.ChunkSize = 0
+		}
+		if _, err := w.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		took += time.Since(start)
+		n += int64(len(data))
+	}
+	if took == 0 {
+		return
+	}
+	rawData := raw.took - raw.first
+	b.ReportMetric(float64(n)/1e6/took.Seconds(), "gcs_upload_MB/s")
+	b.ReportMetric(rawData.Seconds()/took.Seconds(), "ratio_ceiling_gcs")
+	fmt.Printf("  GCS emulator alone: the pipeline's %d data objects (%.1f MB) upload in %.2fs (%.1f MB/s);\n"+
+		"  no pipeline can beat ratio %.3f against this emulator on this machine\n",
+		len(names), float64(n)/1e6, took.Seconds(), float64(n)/1e6/took.Seconds(), rawData.Seconds()/took.Seconds())
 }

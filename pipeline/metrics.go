@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"flow"}),
 		flushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "flush_duration_seconds",
-			Help:    "Flush cycle time by stage: upload, commit (Redis), kafka_commit, checkpoint, total.",
+			Help:    "Flush cycle time by stage: build (chunks into the data object, per flow), upload (build and upload of all flows), commit (Redis), kafka_commit, checkpoint, total.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 		}, []string{"stage"}),
 		objectBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -103,7 +103,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []string{"append", "freeze", "close"} {
 		m.tempWrite.WithLabelValues(s)
 	}
-	for _, s := range []string{"upload", "commit", "kafka_commit", "checkpoint", "total"} {
+	for _, s := range []string{"build", "upload", "commit", "kafka_commit", "checkpoint", "total"} {
 		m.flushDuration.WithLabelValues(s)
 	}
 	return m

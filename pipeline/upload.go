@@ -113,9 +113,11 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 	c := f.c
 	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
 	if fu.spool == "" {
+		start := time.Now()
 		if err := f.build(cyc, fu); err != nil {
 			return fmt.Errorf("flow %s/%s: build data object: %w", cat, name, err)
 		}
+		c.m.flushDuration.WithLabelValues("build").Observe(time.Since(start).Seconds())
 	}
 	if !fu.dataDone {
 		sp, err := os.Open(fu.spool)
