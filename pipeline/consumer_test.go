@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +342,29 @@ func TestCheckpointRemembersSilentRegionsAcrossRestart(t *testing.T) {
 	r.flush()
 	if st, _ := r.store.FlowState(ctx, id); st.CheckpointTS != ts(2500) {
 		t.Fatalf("checkpoint %d, want %d", st.CheckpointTS, ts(2500))
+	}
+}
+
+func TestLeftoverTempFilesRemovedAtStart(t *testing.T) {
+	r := newRig(t, 1, sink.NewMemBucket(), nil)
+	dir := filepath.Join(r.tempDir, "default", "old")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	left := []string{filepath.Join(dir, "g1-p0-t1-r1-write-put.tmp"), filepath.Join(dir, "1-x-1.spool")}
+	keep := filepath.Join(r.tempDir, "README.txt") // not ours: never touched
+	for _, p := range append(left, keep) {
+		if err := os.WriteFile(p, []byte("crashed"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.start()
+	for _, p := range left {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("leftover %s still there (err=%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("a file that is not a temp file was removed: %v", err)
 	}
 }
