@@ -22,6 +22,10 @@ type metrics struct {
 	consumerLag    *prometheus.GaugeVec
 	cyclesTotal    *prometheus.CounterVec
 	inflightCycles prometheus.Gauge
+
+	// Series of the per-record path, resolved once.
+	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
+	appendSeconds                              prometheus.Observer
 }
 
 // Event results of events_total.
@@ -96,10 +100,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
 			m.consumerLag, m.cyclesTotal, m.inflightCycles)
 	}
-	for _, r := range []string{reasonLockCF, reasonNoTbl, reasonNoFlow} {
-		m.events.WithLabelValues(resultSkipped, r)
-	}
-	m.events.WithLabelValues(resultWritten, "")
+	m.written = m.events.WithLabelValues(resultWritten, "")
+	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)
+	m.skipNoFlow = m.events.WithLabelValues(resultSkipped, reasonNoFlow)
+	m.skipNoTable = m.events.WithLabelValues(resultSkipped, reasonNoTbl)
+	m.appendSeconds = m.tempWrite.WithLabelValues("append")
 	for _, s := range []string{"append", "freeze", "close"} {
 		m.tempWrite.WithLabelValues(s)
 	}

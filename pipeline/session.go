@@ -264,7 +264,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	rs.seen = now
 
 	if lock > 0 {
-		c.m.events.WithLabelValues(resultSkipped, reasonLockCF).Add(float64(lock))
+		c.m.skipLock.Add(float64(lock))
 	}
 	written, noFlow, noTable := 0, 0, 0
 	for i := range s.parsed {
@@ -293,16 +293,16 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		written++
 	}
 	if written > 0 {
-		c.m.events.WithLabelValues(resultWritten, "").Add(float64(written))
+		c.m.written.Add(float64(written))
 	}
 	if noFlow > 0 {
-		c.m.events.WithLabelValues(resultSkipped, reasonNoFlow).Add(float64(noFlow))
+		c.m.skipNoFlow.Add(float64(noFlow))
 	}
 	if noTable > 0 {
-		c.m.events.WithLabelValues(resultSkipped, reasonNoTbl).Add(float64(noTable))
+		c.m.skipNoTable.Add(float64(noTable))
 	}
 	if len(s.parsed) > 0 || lock > 0 {
-		c.m.tempWrite.WithLabelValues("append").Observe(time.Since(now).Seconds())
+		c.m.appendSeconds.Observe(time.Since(now).Seconds())
 	}
 	return nil
 }
