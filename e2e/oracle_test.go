@@ -68,9 +68,9 @@ func oracleCheck(t testing.TB, c *cluster, name string, tables []int64, loads ..
 	}
 	for _, cfg := range loads {
 		muts = append(muts, loadgen.Mutations(cfg)...)
-		n, res := oracleEvents(cfg, covered)
-		rep.wantEntries += n
-		maxResolved = max(maxResolved, res)
+		want := expectedEvents(cfg, covered)
+		rep.wantEntries += want.total
+		maxResolved = max(maxResolved, want.maxResolved)
 	}
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
 	id, ckpt := waitFlowCheckpointTS(context.Background(), t, store, name, maxResolved, 60*time.Second)
@@ -130,29 +130,6 @@ func oracleCheck(t testing.TB, c *cluster, name string, tables []int64, loads ..
 		t.Errorf("referenced chunks hold %d entries, the loads produced %d for tables %v", rep.entries, rep.wantEntries, tables)
 	}
 	return rep
-}
-
-// oracleEvents counts the events of covered tables in the load of cfg that
-// a backup must hold (lock-CF events are skipped by DESIGN 3) and returns
-// the load's max resolved ts.
-func oracleEvents(cfg loadgen.Config, covered map[int64]bool) (int, uint64) {
-	g := loadgen.New(cfg)
-	n := 0
-	for b, ok := g.Next(); ok; b, ok = g.Next() {
-		for _, e := range b.Events {
-			if e.CF == event.CFLock {
-				continue
-			}
-			raw, _, err := event.DecodeDataKey(e.Key)
-			if err != nil {
-				panic(fmt.Sprintf("loadgen key %x: %v", e.Key, err))
-			}
-			if tb, ok := event.TableIDOfRaw(raw); ok && covered[tb] {
-				n++
-			}
-		}
-	}
-	return n, g.MaxResolvedTS()
 }
 
 // oracleScan reads every meta of metas:<id> and every chunk they list, and
