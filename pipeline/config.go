@@ -106,6 +106,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// cycleInterval is the time trigger of a flush cycle: 0.8 x --flush-interval
+// after the previous one (DESIGN section 5).
+func (c *Config) cycleInterval() time.Duration {
+	return c.FlushInterval * 4 / 5
+}
+
 // defaultStoreID is the hostname with characters outside [A-Za-z0-9_-]
 // replaced by '-', cut to 64 bytes.
 func defaultStoreID() string {

@@ -42,6 +42,16 @@ type cycle struct {
 	err  error
 }
 
+// discard removes the cycle's temp and spool files.
+func (cyc *cycle) discard() {
+	for _, tf := range cyc.files {
+		tf.remove()
+	}
+	for _, fu := range cyc.flows {
+		fu.removeSpool()
+	}
+}
+
 // flusher runs cycles one at a time, in freeze order, on its own goroutine.
 // A cycle is retried with backoff until it commits; its files stay on disk
 // until then. Cycles queue behind it while the consume loop goes on, bounded
@@ -77,9 +87,7 @@ func (f *flusher) enqueue(cyc *cycle) {
 		}
 		close(cyc.done)
 		f.mu.Unlock()
-		for _, tf := range cyc.files {
-			tf.remove()
-		}
+		cyc.discard()
 		return
 	}
 	f.queue = append(f.queue, cyc)
@@ -202,12 +210,7 @@ func (f *flusher) run(ctx context.Context) {
 		}
 		err := f.process(ctx, cyc)
 		if err == nil {
-			for _, tf := range cyc.files {
-				tf.remove()
-			}
-			for _, fu := range cyc.flows {
-				fu.removeSpool()
-			}
+			cyc.discard()
 			f.finish(cyc, nil)
 			continue
 		}
@@ -219,16 +222,10 @@ func (f *flusher) run(ctx context.Context) {
 			rest := f.queue
 			f.queue = nil
 			f.mu.Unlock()
-			for _, r := range append(rest, cyc) {
-				for _, tf := range r.files {
-					tf.remove()
-				}
-				for _, fu := range r.flows {
-					fu.removeSpool()
-				}
-				if r != cyc {
-					f.finish(r, err)
-				}
+			cyc.discard()
+			for _, r := range rest {
+				r.discard()
+				f.finish(r, err)
 			}
 			return
 		}

@@ -102,7 +102,8 @@ type partState struct {
 }
 
 // checkpoint is the min resolved ts over the partition's regions seen within
-// ttl, and false when there is none.
+// ttl, and false when there is none. Regions silent longer than ttl are
+// forgotten on the way.
 func (p *partState) checkpoint(now time.Time, ttl time.Duration) (uint64, bool) {
 	var ck uint64
 	ok := false

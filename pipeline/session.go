@@ -66,15 +66,13 @@ func (s *session) nextGen() uint64 { s.genSeq++; return s.genSeq }
 // loop polls, applies DDL up to the DDL topic's end, routes records and
 // freezes cycles when a trigger trips. It returns nil when ctx is canceled.
 func (s *session) loop(ctx context.Context) error {
-	c := s.c
 	s.last = time.Now()
-	interval := time.Duration(float64(c.cfg.FlushInterval) * 0.8)
 	lastGauge := time.Time{}
 	for {
 		if err := s.fl.failure(); err != nil {
 			return err
 		}
-		wait := max(time.Until(s.last.Add(interval)), 10*time.Millisecond)
+		wait := max(time.Until(s.last.Add(s.c.cfg.cycleInterval())), 10*time.Millisecond)
 		wait = min(wait, time.Second)
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		fetches := s.cl.PollFetches(pctx)
@@ -88,7 +86,7 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+				s.c.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
 
@@ -141,13 +139,16 @@ func (s *session) catchUpDDL(ctx context.Context) ([]meta.Applied, error) {
 
 func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []meta.Applied) error {
 	c := s.c
+	ddlFreeze := false
 	for _, a := range applied {
-		if a.Changed && (a.Op == meta.OpDrop || a.Op == meta.OpReplace) {
-			s.freeze(triggerDDL)
-		}
+		ddlFreeze = ddlFreeze || a.Changed && (a.Op == meta.OpDrop || a.Op == meta.OpReplace)
 		if a.Op == meta.OpResume && !a.Skipped {
 			s.fl.resume(a.FlowID)
 		}
+	}
+	if ddlFreeze {
+		// What was routed under the old definitions goes out now.
+		s.freeze(triggerDDL)
 	}
 	start := time.Now()
 	n := 0
@@ -194,7 +195,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 		go func() { req <- s.fl.wait(cyc) }()
 	case s.gen.bytes >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
-	case time.Since(s.last) >= time.Duration(float64(c.cfg.FlushInterval)*0.8):
+	case time.Since(s.last) >= c.cfg.cycleInterval():
 		s.freeze(triggerInterval)
 	}
 	s.backpressure()
@@ -224,7 +225,7 @@ func (s *session) backpressure() {
 func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) error {
 	c := s.c
 	if err := event.DecodeBatch(&s.batch, r.Value, event.ContentType(r)); err != nil {
-		return s.toDLQ(ctx, r, decodeReason(err), err)
+		return s.toDLQ(ctx, r, 1, decodeReason(err), err)
 	}
 	maxSize := int(c.cfg.MaxValueSize)
 	s.parsed = s.parsed[:0]
@@ -236,17 +237,17 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			continue
 		}
 		if len(ev.Key) > maxSize || len(ev.Value) > maxSize {
-			return s.toDLQ(ctx, r, "too_large", fmt.Errorf("event %d: key %d or value %d bytes exceeds --max-value-size %d", i, len(ev.Key), len(ev.Value), maxSize))
+			return s.toDLQ(ctx, r, len(s.batch.Events), "too_large", fmt.Errorf("event %d: key %d or value %d bytes exceeds --max-value-size %d", i, len(ev.Key), len(ev.Value), maxSize))
 		}
 		enc, ts, err := event.SplitDataKey(ev.Key)
 		if err != nil {
-			return s.toDLQ(ctx, r, "key_ts", fmt.Errorf("event %d: %w", i, err))
+			return s.toDLQ(ctx, r, len(s.batch.Events), "key_ts", fmt.Errorf("event %d: %w", i, err))
 		}
 		p := parsedEvent{ev: ev, ts: ts}
 		if ev.CF == event.CF_CF_WRITE && ev.Op == event.Op_OP_PUT {
 			w, err := event.DecodeWrite(ev.Value)
 			if err != nil {
-				return s.toDLQ(ctx, r, "write_record", fmt.Errorf("event %d: %w", i, err))
+				return s.toDLQ(ctx, r, len(s.batch.Events), "write_record", fmt.Errorf("event %d: %w", i, err))
 			}
 			p.beginTS = w.StartTS
 		}
@@ -316,10 +317,11 @@ func decodeReason(err error) string {
 }
 
 // toDLQ sends a bad record to the DLQ, retrying until it is acknowledged:
-// skipping it without the DLQ copy would lose it.
-func (s *session) toDLQ(ctx context.Context, r *kgo.Record, reason string, cause error) error {
+// skipping it without the DLQ copy would lose it. events is how many events
+// it carried (1 for a record that did not decode).
+func (s *session) toDLQ(ctx context.Context, r *kgo.Record, events int, reason string, cause error) error {
 	c := s.c
-	c.m.events.WithLabelValues(resultDLQ, reason).Add(float64(max(len(s.batch.Events), 1)))
+	c.m.events.WithLabelValues(resultDLQ, reason).Add(float64(max(events, 1)))
 	attrs := []any{"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason}
 	switch {
 	case !c.d.RedactLogs:
@@ -340,7 +342,11 @@ func (s *session) toDLQ(ctx context.Context, r *kgo.Record, reason string, cause
 			return ctx.Err()
 		}
 		c.log.Error("DLQ produce failed; retrying", "err", err)
-		time.Sleep(backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
@@ -349,8 +355,7 @@ func (s *session) toDLQ(ctx context.Context, r *kgo.Record, reason string, cause
 // resolved ts it covers, to the flusher as one cycle. Must hold s.mu.
 func (s *session) freeze(trigger string) *cycle {
 	c := s.c
-	start := time.Now()
-	now := start
+	now := time.Now()
 	gen := s.gen
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
 	s.last = now
@@ -388,7 +393,7 @@ func (s *session) freeze(trigger string) *cycle {
 		})
 		ps.cycleFrom = ps.next
 	}
-	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(start).Seconds())
+	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
 	s.fl.enqueue(cyc)
 	return cyc
 }
