@@ -137,26 +137,12 @@ func expectedEvents(cfg loadgen.Config, tables map[int64]bool) wantEvents {
 			if !ok || !tables[table] {
 				continue
 			}
-			w.events[eventKey{table, cfName(e.CF), opName(e.Op), string(e.Key), string(e.Value)}]++
+			w.events[eventKey{table, sink.CFName(e.CF), sink.OpName(e.Op), string(e.Key), string(e.Value)}]++
 			w.total++
 		}
 	}
 	w.maxResolved = g.MaxResolvedTS()
 	return w
-}
-
-func cfName(cf event.CF) string {
-	if cf == event.CFWrite {
-		return "write"
-	}
-	return "default"
-}
-
-func opName(op event.Op) string {
-	if op == event.OpDelete {
-		return "delete"
-	}
-	return "put"
 }
 
 // waitFlowCheckpoint waits until flow name (catalog default) exists and its

@@ -19,6 +19,7 @@ import (
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
@@ -244,7 +245,7 @@ func opsEventsBelow(t testing.TB, brokers string, upto map[int32]int64) map[even
 					t.Fatalf("load key %x: %v", e.Key, err)
 				}
 				if table, ok := event.TableIDOfRaw(raw); ok && (table == 1 || table == 2) {
-					events[eventKey{table, cfName(e.CF), opName(e.Op), string(e.Key), string(e.Value)}]++
+					events[eventKey{table, sink.CFName(e.CF), sink.OpName(e.Op), string(e.Key), string(e.Value)}]++
 				}
 			}
 		})

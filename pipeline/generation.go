@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // generation is the set of temp files events are appended to now. A freeze
@@ -51,7 +51,7 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 		meta = "-meta"
 	}
 	name := fmt.Sprintf("g%d-p%d-t%d-r%d-%s-%s%s.tmp", g.id, key.partition, key.table, key.region,
-		cfName(key.cf), opName(key.op), meta)
+		sink.CFName(key.cf), sink.OpName(key.op), meta)
 	f, err := newTempFile(filepath.Join(dir, name), key, flow)
 	if err != nil {
 		return nil, err
@@ -68,20 +68,6 @@ func (g *generation) list() []*tempFile {
 		out = append(out, f)
 	}
 	return out
-}
-
-func cfName(cf event.CF) string {
-	if cf == event.CF_CF_WRITE {
-		return "write"
-	}
-	return "default"
-}
-
-func opName(op event.Op) string {
-	if op == event.Op_OP_DELETE {
-		return "delete"
-	}
-	return "put"
 }
 
 // regionState is what a partition knows of one region.

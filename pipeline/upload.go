@@ -183,7 +183,7 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 			SHA256: tf.sum, NumberOfEntries: tf.entries, MinTS: tf.minTS, MaxTS: tf.maxTS,
 			ResolvedTS: tf.resolvedTS, MinBeginTSInDefaultCF: tf.beginTS(),
 			StartKey: hex.EncodeToString(tf.minKey), EndKey: hex.EncodeToString(tf.maxKey),
-			TableID: tf.key.table, RegionID: tf.key.region, CF: cfName(tf.key.cf), Op: opName(tf.key.op),
+			TableID: tf.key.table, RegionID: tf.key.region, CF: sink.CFName(tf.key.cf), Op: sink.OpName(tf.key.op),
 			IsMeta: tf.key.isMeta, Partition: tf.key.partition,
 		})
 		if first || tf.minTS < m.MinTS {

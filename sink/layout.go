@@ -110,6 +110,31 @@ const (
 	CompressionZstd = "zstd"
 )
 
+// Values of FileMeta.CF and FileMeta.Op.
+const (
+	CFDefault = "default"
+	CFWrite   = "write"
+	OpPut     = "put"
+	OpDelete  = "delete"
+)
+
+// CFName is the FileMeta.CF value of a column family (lock-CF events are
+// never stored).
+func CFName(cf event.CF) string {
+	if cf == event.CFWrite {
+		return CFWrite
+	}
+	return CFDefault
+}
+
+// OpName is the FileMeta.Op value of an op.
+func OpName(op event.Op) string {
+	if op == event.OpDelete {
+		return OpDelete
+	}
+	return OpPut
+}
+
 // FileMeta describes one chunk of a data object: one temp file's framed
 // entries, stored at [Offset, Offset+Length) of the object.
 type FileMeta struct {
@@ -210,9 +235,9 @@ func (f *FileMeta) validate() error {
 		return fmt.Errorf("unknown compression %q", f.Compression)
 	case f.Compression == CompressionNone && f.Length != f.RawLength:
 		return fmt.Errorf("uncompressed chunk with length %d != raw_length %d", f.Length, f.RawLength)
-	case f.CF != "default" && f.CF != "write":
+	case f.CF != CFDefault && f.CF != CFWrite:
 		return fmt.Errorf("unknown cf %q", f.CF)
-	case f.Op != "put" && f.Op != "delete":
+	case f.Op != OpPut && f.Op != OpDelete:
 		return fmt.Errorf("unknown op %q", f.Op)
 	case !isHex(f.SHA256) || len(f.SHA256) != 64:
 		return fmt.Errorf("bad sha256 %q", f.SHA256)

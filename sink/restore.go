@@ -103,7 +103,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 		if ts > o.TS {
 			return nil
 		}
-		if j.f.CF == "default" {
+		if j.f.CF == CFDefault {
 			return defaults.add(key, value)
 		}
 		w, err := event.DecodeWrite(value)
@@ -137,7 +137,7 @@ func planChunks(ctx context.Context, o RestoreOptions) ([]chunkJob, error) {
 			return nil, err
 		}
 		for i, f := range m.Files {
-			if f.IsMeta || f.Op != "put" || f.MinTS > o.TS || f.NumberOfEntries == 0 && f.RawLength == 0 {
+			if f.IsMeta || f.Op != OpPut || f.MinTS > o.TS || f.NumberOfEntries == 0 && f.RawLength == 0 {
 				continue
 			}
 			if o.Tables != nil && !o.Tables[f.TableID] {
