@@ -88,7 +88,7 @@ func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64)
 	// Instances of a group race here; Redis decides who advanced. Writing
 	// the newest Redis value (re-read after our write) makes the last write
 	// carry the largest checkpoint whichever instance wrote first.
-	want := global
+	want := ck // the newest value known, ours or another instance's
 	for range 3 {
 		if err := putCheckpoint(ctx, c.d.Bucket, name, want); err != nil {
 			return err

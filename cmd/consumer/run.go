@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -164,7 +165,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		if err := dlqClient.Ping(ctx); err != nil {
 			return fmt.Errorf("kafka: %w", err)
 		}
-		if err := bucket.Iter(ctx, cfg.conn.GCS.Prefix+"/.readyz", func(string) error { return nil }); err != nil {
+		if err := bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil }); err != nil {
 			return fmt.Errorf("gcs: %w", err)
 		}
 		return nil
