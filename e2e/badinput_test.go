@@ -32,7 +32,7 @@ var badKinds = []badKind{
 	{"truncated protobuf", event.ReasonProto},
 	{"json body without header", event.ReasonProto},
 	{"protobuf body with json header", event.ReasonJSON},
-	{"key without ts", event.ReasonKeyTS},
+	{"key without ts", event.ReasonBadKey},
 	{"value over max", "too_large"},
 	{"invalid utf-8 in json", event.ReasonJSON},
 	{"non-table key", ""},

@@ -9,8 +9,12 @@ const (
 	ReasonOp    = "bad_op" // op outside Op
 	ReasonKey   = "key"    // malformed memcomparable key
 	ReasonKeyTS = "key_ts" // data key without a decodable ts
-	ReasonWrite = "write"  // malformed write-CF record
-	ReasonFrame = "frame"  // truncated or oversized entry framing
+	// ReasonBadKey is the DLQ reason of an apply record with a data key
+	// whose ts cannot be decoded, or a table key too short for its table id
+	// (DESIGN 3).
+	ReasonBadKey = "bad_key"
+	ReasonWrite  = "write" // malformed write-CF record
+	ReasonFrame  = "frame" // truncated or oversized entry framing
 )
 
 // DecodeError reports input that cannot be decoded. Reason is one of the

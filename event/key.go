@@ -146,6 +146,9 @@ const (
 	KindOther KeyKind = iota // neither a table nor a meta key
 	KindTable                // 't' + 8-byte table id + rest
 	KindMeta                 // starts with 'm'
+	// KindBadTable starts with the table prefix 't' but is too short to
+	// hold the 8-byte table id (DESIGN 3: the record goes to the DLQ).
+	KindBadTable
 )
 
 // String returns the kind's name.
@@ -155,6 +158,8 @@ func (k KeyKind) String() string {
 		return "table"
 	case KindMeta:
 		return "meta"
+	case KindBadTable:
+		return "bad_table"
 	default:
 		return "other"
 	}
@@ -186,7 +191,7 @@ func Classify(encoded []byte) (kind KeyKind, tableID int64) {
 		// the second.
 		if marker != encMarker || len(encoded) < 2*groupLen ||
 			encoded[2*groupLen-1] < encMarker-encGroupSize+1 {
-			return KindOther, 0
+			return KindBadTable, 0
 		}
 		var id [8]byte
 		copy(id[:7], encoded[1:encGroupSize])

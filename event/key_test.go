@@ -180,8 +180,8 @@ func TestClassify(t *testing.T) {
 		{"table prefix only", TablePrefix(7), KindTable, 7},
 		{"negative table id", RowKey(-3, 1), KindTable, -3},
 		{"max table id", TablePrefix(math.MaxInt64), KindTable, math.MaxInt64},
-		{"t and 7 bytes", TablePrefix(7)[:8], KindOther, 0},
-		{"bare t", []byte("t"), KindOther, 0},
+		{"t and 7 bytes", TablePrefix(7)[:8], KindBadTable, 0},
+		{"bare t", []byte("t"), KindBadTable, 0},
 		{"meta", []byte("mDBs"), KindMeta, 0},
 		{"bare m", []byte("m"), KindMeta, 0},
 		{"long meta", []byte("mTable:12345678901234567890"), KindMeta, 0},
@@ -203,7 +203,7 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
-	if kind, _ := Classify([]byte{'t', 0x80, 0, 0, 0, 0, 0, 0, 0xFF}); kind != KindOther {
+	if kind, _ := Classify([]byte{'t', 0x80, 0, 0, 0, 0, 0, 0, 0xFF}); kind != KindBadTable {
 		t.Fatalf("truncated second group classified as %v", kind)
 	}
 	enc := AppendDataKey(nil, RowKey(1, 1), 1)

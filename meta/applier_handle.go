@@ -64,9 +64,15 @@ func (a *Applier) reject(ctx context.Context, rec *kgo.Record, pos DDLPosition, 
 		return fmt.Errorf("ddl catch-up: %w", err)
 	}
 	a.applied.WithLabelValues(op, result).Inc()
-	// The cause may quote parts of the record value: only the reason and
-	// position are logged; the DLQ record carries the detail.
-	a.log.Warn("flow ddl sent to the DLQ", "reason", reason, "op", op, "partition", rec.Partition, "offset", rec.Offset)
+	// An invalid record's cause may quote parts of its value: only the
+	// reason and position are logged, the DLQ record carries the detail. A
+	// rejection's cause is the metadata's answer (flow already exists, ...)
+	// and is what the operator needs to see.
+	attrs := []any{"reason", reason, "op", op, "partition", rec.Partition, "offset", rec.Offset}
+	if reason == ReasonDDLRejected {
+		attrs = append(attrs, "err", cause)
+	}
+	a.log.Warn("flow ddl sent to the DLQ", attrs...)
 	return nil
 }
 

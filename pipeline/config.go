@@ -33,6 +33,9 @@ type Config struct {
 	// crashed or frozen process) before moving its partitions. Zero keeps
 	// the Kafka client's defaults.
 	SessionTimeout time.Duration
+	// StallTimeout is how long the consume loop may go without handling a
+	// record while records wait before /readyz reports it stalled.
+	StallTimeout time.Duration
 }
 
 // RegisterFlags registers the pipeline flags on f.
@@ -56,6 +59,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", time.Minute, "how long a graceful stop waits for the final flush before giving up (nothing is lost: uncommitted data is consumed again)")
 	f.DurationVar(&c.MaxRetryDelay, "max-retry-delay", 30*time.Second, "largest delay between retries of a failed flush cycle")
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
+	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
 }
 
 // Validate reports every problem with c.
@@ -75,6 +79,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxValueSize <= 0 {
 		errs = append(errs, errors.New("--max-value-size: must be positive"))
+	}
+	if c.StallTimeout < 0 {
+		errs = append(errs, errors.New("--stall-timeout: must not be negative"))
 	}
 	if c.RegionTTL <= 0 {
 		errs = append(errs, errors.New("--region-ttl: must be positive"))

@@ -59,6 +59,9 @@ type Consumer struct {
 	m   *metrics
 
 	cycleSeq atomic.Uint64
+	// progress is when the consume loop last handled a record or found
+	// nothing waiting (UnixNano); /readyz reads it without a lock.
+	progress atomic.Int64
 
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status

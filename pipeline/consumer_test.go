@@ -135,7 +135,7 @@ func TestStorageErrorOnceThenSuccessLosesNothing(t *testing.T) {
 
 func TestAlwaysFailingStorageMakesFlowFatal(t *testing.T) {
 	fb := &faultyBucket{Bucket: sink.NewMemBucket()}
-	r := newRig(t, 1, fb, func(c *pipeline.Config) { c.FatalAfter = 30 })
+	r := newRig(t, 1, fb, func(c *pipeline.Config) { c.FatalAfter = 30; c.StallTimeout = time.Second })
 	r.start()
 	id := r.createFlow("doomed", 3)
 	fb.setFail(func(int) bool { return true })
@@ -164,15 +164,20 @@ func TestAlwaysFailingStorageMakesFlowFatal(t *testing.T) {
 	if refs, _ := r.store.Metas(ctx, id); len(refs) != 0 {
 		t.Fatalf("a failing cycle committed metas: %v", refs)
 	}
+	// Records wait while fetching is stopped: /readyz reports the stall.
+	r.produceBatch(putBatch(1, 3, 100, 5, 100))
+	r.eventually(10*time.Second, func() bool { return r.cons.Stalled() != nil }, "consume loop reported stalled")
 
 	fb.setFail(nil) // the fault clears; the next retry succeeds
 	r.eventually(30*time.Second, func() bool {
 		st, err := r.store.FlowState(ctx, id)
 		return err == nil && st.Status == meta.StatusActive
 	}, "flow active again")
+	r.eventually(10*time.Second, func() bool { return r.cons.Stalled() == nil }, "stall cleared after recovery")
+	r.flush()
 	_, got := r.entries(id)
-	if len(got) != 20 {
-		t.Fatalf("after recovery %d entries backed up, want 20", len(got))
+	if len(got) != 25 {
+		t.Fatalf("after recovery %d entries backed up, want 25", len(got))
 	}
 	if v := testutil.ToFloat64(r.cons.MetricFlowFatal("default/doomed")); v != 0 {
 		t.Fatalf("flow_fatal = %v after recovery, want 0", v)
@@ -291,8 +296,8 @@ func TestBadRecordsGoToDLQAndValidOnesAreKept(t *testing.T) {
 			t.Fatalf("DLQ record headers %v lack the source or the reason", h)
 		}
 	}
-	if !strings.Contains(headerOf(dlq[2], "flowlog-error"), "key_ts") {
-		t.Fatalf("record without ts: reason %q, want key_ts", headerOf(dlq[2], "flowlog-error"))
+	if !strings.Contains(headerOf(dlq[2], "flowlog-error"), "bad_key") {
+		t.Fatalf("record without ts: reason %q, want bad_key", headerOf(dlq[2], "flowlog-error"))
 	}
 	checkOffsetsCommitted(t, r)
 }

@@ -67,7 +67,7 @@ func (r *rig) start() {
 	t.Helper()
 	r.prom = prometheus.NewRegistry()
 	kopts := []kgo.Opt{kgo.SeedBrokers(r.kafka.ListenAddrs()...)}
-	dlqCl := r.kafka.Client(t, kgo.DefaultProduceTopic(testenv.DLQTopic))
+	dlqCl := r.kafka.Client(t, dlq.ClientOpts(testenv.DLQTopic)...)
 	dw := dlq.New(dlqCl, testenv.DLQTopic, r.prom)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {

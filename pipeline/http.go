@@ -30,6 +30,10 @@ func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) err
 			http.Error(w, "not in a consumer group session", http.StatusServiceUnavailable)
 			return
 		}
+		if err := c.Stalled(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if ready != nil {
 			if err := ready(ctx); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -13,6 +13,9 @@ const (
 	reasonLockCF = "lock_cf"
 	reasonNoTbl  = "no_table"
 	reasonNoFlow = "no_flow"
+	// reasonBadKey is not a skip: the router's caller sends the record to
+	// the DLQ.
+	reasonBadKey = event.ReasonBadKey
 )
 
 // Router maps an event's key to the flows that cover it, from the flow
@@ -45,6 +48,8 @@ func (r *Router) Route(encoded []byte) (flows []*meta.Flow, table int64, isMeta 
 			return nil, 0, true, reasonNoFlow
 		}
 		return flows, 0, true, ""
+	case event.KindBadTable:
+		return nil, 0, false, reasonBadKey
 	default:
 		return nil, 0, false, reasonNoTbl
 	}

@@ -67,6 +67,7 @@ func (s *session) nextGen() uint64 { s.genSeq++; return s.genSeq }
 // freezes cycles when a trigger trips. It returns nil when ctx is canceled.
 func (s *session) loop(ctx context.Context) error {
 	s.last = time.Now()
+	s.c.progress.Store(s.last.UnixNano())
 	lastGauge := time.Time{}
 	for {
 		if err := s.fl.failure(); err != nil {
@@ -101,6 +102,14 @@ func (s *session) loop(ctx context.Context) error {
 			return err
 		}
 
+		if fetches.NumRecords() == 0 {
+			s.mu.Lock()
+			idle := !s.paused
+			s.mu.Unlock()
+			if idle {
+				s.c.progress.Store(time.Now().UnixNano()) // nothing waits
+			}
+		}
 		s.mu.Lock()
 		err = s.process(ctx, fetches, applied)
 		s.mu.Unlock()
@@ -175,6 +184,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 			}
 			ps.next = r.Offset + 1
 			n++
+			c.progress.Store(time.Now().UnixNano())
 		}
 	})
 	if perr != nil {
@@ -241,7 +251,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		}
 		enc, ts, err := event.SplitDataKey(ev.Key)
 		if err != nil {
-			return s.toDLQ(ctx, r, len(s.batch.Events), "key_ts", fmt.Errorf("event %d: %w", i, err))
+			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: %w", i, err))
 		}
 		p := parsedEvent{ev: ev, ts: ts}
 		if ev.CF == event.CF_CF_WRITE && ev.Op == event.Op_OP_PUT {
@@ -252,6 +262,9 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			p.beginTS = w.StartTS
 		}
 		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
+		if p.skip == reasonBadKey {
+			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: table key too short for a table id", i))
+		}
 		s.parsed = append(s.parsed, p)
 	}
 
@@ -317,8 +330,10 @@ func decodeReason(err error) string {
 }
 
 // toDLQ sends a bad record to the DLQ, retrying until it is acknowledged:
-// skipping it without the DLQ copy would lose it. events is how many events
-// it carried (1 for a record that did not decode).
+// skipping it without the DLQ copy would lose it. A record the DLQ topic
+// cannot take whole goes there truncated (dlq.Writer.Send), so only a DLQ
+// that is down holds the partition. events is how many events it carried
+// (1 for a record that did not decode). Must hold s.mu; released meanwhile.
 func (s *session) toDLQ(ctx context.Context, r *kgo.Record, events int, reason string, cause error) error {
 	c := s.c
 	c.m.events.WithLabelValues(resultDLQ, reason).Add(float64(max(events, 1)))
@@ -332,6 +347,11 @@ func (s *session) toDLQ(ctx context.Context, r *kgo.Record, events int, reason s
 		attrs = append(attrs, "err", cause)
 	}
 	c.log.Warn("apply record sent to the DLQ", attrs...)
+	// The consume loop holds s.mu here. It lets go while the DLQ answers,
+	// so /status and /flush never wait on a broker. Nothing else changes the
+	// session meanwhile: rebalance callbacks wait for AllowRebalance.
+	s.mu.Unlock()
+	defer s.mu.Lock()
 	backoff := 100 * time.Millisecond
 	for {
 		err := c.d.DLQ.Send(ctx, r, reason, cause.Error())

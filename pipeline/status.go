@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"sort"
 	"time"
 )
@@ -84,6 +85,20 @@ func (c *Consumer) Status() Status {
 	st.InflightCycles = len(s.fl.inflight)
 	s.fl.mu.Unlock()
 	return st
+}
+
+// Stalled returns an error when the consume loop has handled no record for
+// --stall-timeout although records wait (a DLQ that refuses, a fatal flow, a
+// flush that never ends), and nil otherwise.
+func (c *Consumer) Stalled() error {
+	if c.cfg.StallTimeout <= 0 {
+		return nil
+	}
+	since := time.Since(time.Unix(0, c.progress.Load()))
+	if since > c.cfg.StallTimeout {
+		return fmt.Errorf("consume loop stalled: no record handled for %s while records wait", since.Round(time.Second))
+	}
+	return nil
 }
 
 // Ready reports whether the consumer is in a group session.

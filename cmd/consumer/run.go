@@ -122,8 +122,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	kmetrics := kprom.NewMetrics("flowlog", kprom.Registerer(reg), kprom.Gatherer(reg))
 
-	dlqClient, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
-		kgo.DefaultProduceTopic(cfg.conn.Kafka.DLQTopic), kgo.RequiredAcks(kgo.AllISRAcks()))...)
+	dlqClient, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), dlq.ClientOpts(cfg.conn.Kafka.DLQTopic)...)...)
 	if err != nil {
 		return fmt.Errorf("kafka dlq client: %w", err)
 	}
