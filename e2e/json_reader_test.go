@@ -62,7 +62,7 @@ func (r *jsonReader) readAll() jsonBackup {
 	for _, p := range paths {
 		r.readMeta(p, &b)
 	}
-	ck := r.object(fmt.Sprintf("%s/%s/v1/global_checkpoint/flowlog.ts", r.catalog, r.flow), 0, -1)
+	ck := r.object(fmt.Sprintf("%s/%s/v1/global_checkpoint/flowlog-%d.ts", r.catalog, r.flow, r.flowID), 0, -1)
 	if len(ck) != 8 {
 		r.t.Fatalf("global checkpoint object holds %d bytes, want 8", len(ck))
 	}
@@ -102,12 +102,12 @@ func (r *jsonReader) readMeta(path string, b *jsonBackup) {
 		r.t.Errorf("meta %s: flow %q flow_id %d store_id %q cycle_id %q", path, m["flow"], m["flow_id"], m["store_id"], cycle)
 	}
 	minTS, maxTS, minResolved := f.uint("min_ts"), f.uint("max_ts"), f.uint("min_resolved_ts")
-	if want := fmt.Sprintf("%s/%s/v1/backupmeta/%020d-%s.meta", r.catalog, r.flow, minResolved, cycle); path != want {
+	if want := fmt.Sprintf("%s/%s/v1/backupmeta/%020d-%d-%s.meta", r.catalog, r.flow, minResolved, r.flowID, cycle); path != want {
 		r.t.Errorf("meta path %s, want %s", path, want)
 	}
 	phys := time.UnixMilli(int64(minTS >> 18)).UTC()
 	dataPath := f.str("data_path")
-	if want := fmt.Sprintf("%s/%s/v1/%s/%s/%d-%s.log", r.catalog, r.flow, phys.Format("20060102"), phys.Format("15"), minTS, cycle); dataPath != want {
+	if want := fmt.Sprintf("%s/%s/v1/%s/%s/%d-%d-%s.log", r.catalog, r.flow, phys.Format("20060102"), phys.Format("15"), minTS, r.flowID, cycle); dataPath != want {
 		r.t.Errorf("meta %s: data_path %s, want %s", path, dataPath, want)
 	}
 	for _, o := range f.list("offsets") {

@@ -62,6 +62,12 @@ type Applier struct {
 	done    map[int32]int64 // next offset known handled, per partition consumed
 	reseek  bool            // the client's positions may be past done
 	started bool            // a first catch-up ran
+	// stale is set while Redis may hold changes the registry has not
+	// loaded (a refresh failed): no catch-up succeeds until one has.
+	stale bool
+	// pending are outcomes handled but not yet returned, because the
+	// catch-up that handled them failed later on.
+	pending []Applied
 }
 
 var ddlOps = []string{OpCreate, OpReplace, OpDrop, OpResume, "unknown"}
@@ -136,9 +142,16 @@ func (a *Applier) Run(ctx context.Context) error {
 // CatchUp is the DDL barrier: it lists the DDL topic's end offsets and
 // handles every record below them (and any later one fetched on the way),
 // then refreshes the registry if Redis may have changed. It returns the
-// outcome of every valid record it handled; Changed ones (a drop or replace
-// in particular) are what the caller reacts to. When every partition is
-// already handled up to its end offset, it costs one ListOffsets round trip.
+// outcome of every valid record it handled since the last successful
+// catch-up (outcomes of a catch-up that failed part way are kept and
+// returned by the next one); Changed ones (a drop or replace in particular)
+// are what the caller reacts to. When every partition is already handled up
+// to its end offset and the registry is current, it costs one ListOffsets
+// round trip.
+//
+// A nil error means the registry reflects every DDL below the end offsets:
+// a registry refresh that failed is retried by the next catch-up before it
+// can succeed, so no record is routed with a stale registry.
 func (a *Applier) CatchUp(ctx context.Context) ([]Applied, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -154,23 +167,35 @@ func (a *Applier) CatchUp(ctx context.Context) ([]Applied, error) {
 	if len(ends) == 0 {
 		return nil, fmt.Errorf("ddl catch-up: topic %s has no partitions", a.cfg.Topic)
 	}
-	if a.started && !a.reseek && a.caughtUp(ends) {
+	if a.started && !a.reseek && !a.stale && a.caughtUp(ends) {
 		return nil, nil
 	}
 
-	refresh := !a.started
+	refresh := !a.started || a.stale
 	if err := a.position(ctx, ends, &refresh); err != nil {
 		return nil, err
 	}
 	a.started = true
-	var out []Applied
-	err = a.consume(ctx, ends, &out, &refresh)
+	err = a.consume(ctx, ends, &a.pending, &refresh)
 	if refresh {
-		if rerr := a.r.Refresh(ctx); rerr != nil && err == nil {
-			err = fmt.Errorf("ddl catch-up: %w", rerr)
+		// Records were handled (here or by another instance): the
+		// registry is stale until a refresh succeeds, even if this
+		// catch-up stopped part way.
+		a.stale = true
+		if rerr := a.r.Refresh(ctx); rerr != nil {
+			if err == nil {
+				err = fmt.Errorf("ddl catch-up: %w", rerr)
+			}
+		} else {
+			a.stale = false
 		}
 	}
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	out := a.pending
+	a.pending = nil
+	return out, nil
 }
 
 func (a *Applier) caughtUp(ends map[int32]int64) bool {

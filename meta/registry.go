@@ -31,9 +31,10 @@ type registrySnapshot struct {
 // path. Readers load an immutable snapshot through an atomic pointer and
 // never lock; Refresh builds a new snapshot from Redis and swaps it in.
 type Registry struct {
-	s    *Store
-	mu   sync.Mutex // serializes Refresh
-	snap atomic.Pointer[registrySnapshot]
+	s       *Store
+	mu      sync.Mutex // serializes Refresh
+	snap    atomic.Pointer[registrySnapshot]
+	version atomic.Uint64
 }
 
 // NewRegistry returns an empty registry over s; call Refresh to load it.
@@ -98,8 +99,13 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		}
 	}
 	r.snap.Store(snap)
+	r.version.Add(1)
 	return nil
 }
+
+// Version counts successful refreshes: a reader that saw version v has seen
+// every change loaded since it differs.
+func (r *Registry) Version() uint64 { return r.version.Load() }
 
 // ForTable returns the flows whose source tables include table, sorted by
 // id, whatever their status; nil if there are none or table is not a valid

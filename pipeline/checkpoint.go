@@ -84,7 +84,7 @@ func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64)
 	if !advanced {
 		return nil
 	}
-	name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group)
+	name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group, fl.ID)
 	// Instances of a group race here; Redis decides who advanced. Writing
 	// the newest Redis value (re-read after our write) makes the last write
 	// carry the largest checkpoint whichever instance wrote first.

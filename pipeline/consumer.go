@@ -67,6 +67,10 @@ type Consumer struct {
 	cur     *session // the running session, for Flush and Status
 	lastCyc CycleStatus
 	fatal   map[meta.FlowID]bool
+
+	// flowLabels are the flow labels with metric series; the consume loop
+	// owns it (observeFlows).
+	flowLabels map[string]bool
 }
 
 // New validates cfg and returns a Consumer. Leftover temp files of an earlier
@@ -135,6 +139,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		router:   NewRouter(c.d.Registry),
 	}
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
+	c.forgetFatal()
 	reset := kgo.NewOffset().AtStart()
 	if c.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()

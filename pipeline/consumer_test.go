@@ -212,7 +212,7 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 	r.start()
 	id := r.createFlow("ck", 4)
 	ctx := context.Background()
-	name := sink.CheckpointPath("backup", "default", "ck", "g")
+	name := sink.CheckpointPath("backup", "default", "ck", "g", id)
 
 	// A cycle with no data (only a heartbeat) still reports its resolved ts.
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(1000)})

@@ -71,10 +71,14 @@ type flusher struct {
 	// kafkaPending are the Redis-committed offsets not yet acknowledged by
 	// Kafka's group coordinator, by apply partition.
 	kafkaPending map[int32]int64
+	// kafkaGone are partitions revoked or lost since their assignment: a
+	// cycle of theirs that commits late must not queue a Kafka commit over
+	// the new owner's.
+	kafkaGone map[int32]bool
 }
 
 func newFlusher(c *Consumer, s *session) *flusher {
-	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}, kafkaPending: map[int32]int64{}}
+	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}, kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
 }
 
 // enqueue hands a frozen cycle over. It never blocks.
@@ -340,7 +344,9 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 func (f *flusher) commitKafka(ctx context.Context, cyc *cycle) {
 	f.mu.Lock()
 	for _, p := range cyc.parts {
-		f.kafkaPending[p.lease.Partition] = p.to
+		if !f.kafkaGone[p.lease.Partition] {
+			f.kafkaPending[p.lease.Partition] = p.to
+		}
 	}
 	if len(f.kafkaPending) == 0 {
 		f.mu.Unlock()
@@ -385,5 +391,13 @@ func (f *flusher) forgetKafka(partitions []int32) {
 	defer f.mu.Unlock()
 	for _, p := range partitions {
 		delete(f.kafkaPending, p)
+		f.kafkaGone[p] = true
 	}
+}
+
+// ownKafka marks partition p assigned again.
+func (f *flusher) ownKafka(p int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.kafkaGone, p)
 }

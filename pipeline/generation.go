@@ -50,7 +50,9 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	if key.isMeta {
 		meta = "-meta"
 	}
-	name := fmt.Sprintf("g%d-p%d-t%d-r%d-%s-%s%s.tmp", g.id, key.partition, key.table, key.region,
+	// The flow id keeps a flow dropped and created again under the same
+	// name apart from the old one (DESIGN 4).
+	name := fmt.Sprintf("f%d-g%d-p%d-t%d-r%d-%s-%s%s.tmp", key.flow, g.id, key.partition, key.table, key.region,
 		sink.CFName(key.cf), sink.OpName(key.op), meta)
 	f, err := newTempFile(filepath.Join(dir, name), key, flow)
 	if err != nil {

@@ -116,3 +116,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // flowLabel is the flow label value: "catalog/name".
 func flowLabel(catalog, name string) string { return catalog + "/" + name }
+
+// deleteFlow removes the per-flow series of a flow label that no flow
+// carries any more (dropped, not created again under the same name).
+func (m *metrics) deleteFlow(label string) {
+	m.tempBytes.DeleteLabelValues(label)
+	m.flushFailures.DeleteLabelValues(label)
+	m.flowFatal.DeleteLabelValues(label)
+	m.checkpointTS.DeleteLabelValues(label)
+	m.checkpointLag.DeleteLabelValues(label)
+}

@@ -46,6 +46,7 @@ type session struct {
 
 	flushReq chan chan error
 	stopped  chan struct{}
+	flows    flowView // the consume loop's
 
 	batch  event.Batch
 	parsed []parsedEvent
@@ -66,14 +67,19 @@ func (s *session) nextGen() uint64 { s.genSeq++; return s.genSeq }
 // loop polls, applies DDL up to the DDL topic's end, routes records and
 // freezes cycles when a trigger trips. It returns nil when ctx is canceled.
 func (s *session) loop(ctx context.Context) error {
+	s.mu.Lock()
 	s.last = time.Now()
 	s.c.progress.Store(s.last.UnixNano())
+	s.mu.Unlock()
 	lastGauge := time.Time{}
 	for {
 		if err := s.fl.failure(); err != nil {
 			return err
 		}
-		wait := max(time.Until(s.last.Add(s.c.cfg.cycleInterval())), 10*time.Millisecond)
+		s.mu.Lock()
+		last := s.last
+		s.mu.Unlock()
+		wait := max(time.Until(last.Add(s.c.cfg.cycleInterval())), 10*time.Millisecond)
 		wait = min(wait, time.Second)
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		fetches := s.cl.PollFetches(pctx)
@@ -148,14 +154,14 @@ func (s *session) catchUpDDL(ctx context.Context) ([]meta.Applied, error) {
 
 func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []meta.Applied) error {
 	c := s.c
-	ddlFreeze := false
 	for _, a := range applied {
-		ddlFreeze = ddlFreeze || a.Changed && (a.Op == meta.OpDrop || a.Op == meta.OpReplace)
 		if a.Op == meta.OpResume && !a.Skipped {
 			s.fl.resume(a.FlowID)
 		}
 	}
-	if ddlFreeze {
+	// A drop or replace, applied here or by another replica, ends the
+	// cycle: what was routed under the old definitions goes out alone.
+	if s.observeFlows() {
 		// What was routed under the old definitions goes out now.
 		s.freeze(triggerDDL)
 	}
@@ -439,6 +445,7 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		if err != nil {
 			return nil, fmt.Errorf("lease %s/%d: %w", c.d.ApplyTopic, p, err)
 		}
+		s.fl.ownKafka(p)
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{}}
 		known, err := c.d.Store.PartitionRegions(ctx, c.d.ApplyTopic, p)
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -126,10 +128,8 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 		}
 		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: sp, Size: fu.size, CRC32C: fu.crc})
 		sp.Close()
-		// The name is unique to this cycle of this instance: if it exists,
-		// an earlier attempt wrote it and only its answer was lost.
-		if err != nil && !errors.Is(err, sink.ErrExists) {
-			return fmt.Errorf("flow %s/%s: upload %s: %w", cat, name, fu.dataPath, err)
+		if err := uploaded(ctx, c.d.Bucket, fu.dataPath, fu.size, fu.crc, err); err != nil {
+			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
 		}
 		fu.dataDone = true
 		c.m.objectBytes.Observe(float64(fu.size))
@@ -140,10 +140,48 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 			return fmt.Errorf("flow %s/%s: encode meta: %w", cat, name, err)
 		}
 		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.metaPath, Body: bytes.NewReader(b), Size: int64(len(b)), CRC32C: sink.CRC32C(b)})
-		if err != nil && !errors.Is(err, sink.ErrExists) {
-			return fmt.Errorf("flow %s/%s: upload %s: %w", cat, name, fu.metaPath, err)
+		if err := uploaded(ctx, c.d.Bucket, fu.metaPath, int64(len(b)), sink.CRC32C(b), err); err != nil {
+			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
 		}
 		fu.metaDone = true
+	}
+	return nil
+}
+
+// errForeignObject is an upload's ErrExists for an object that is not the
+// one this cycle wrote.
+var errForeignObject = errors.New("object exists with other content")
+
+// uploaded interprets the result err of uploading name (size bytes, CRC32C
+// crc). ErrExists counts as success only when the stored object is this
+// one: an earlier attempt of the cycle wrote it and only its answer was
+// lost. Anything else stored under the name is an error, never taken as
+// ours.
+func uploaded(ctx context.Context, b sink.Bucket, name string, size int64, crc uint32, err error) error {
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sink.ErrExists) {
+		return fmt.Errorf("upload %s: %w", name, err)
+	}
+	got, serr := b.Size(ctx, name)
+	if serr != nil {
+		return fmt.Errorf("upload %s: exists, and reading it back failed: %w", name, serr)
+	}
+	if got != size {
+		return fmt.Errorf("upload %s: %w (%d bytes stored, %d ours)", name, errForeignObject, got, size)
+	}
+	rc, gerr := b.Get(ctx, name)
+	if gerr != nil {
+		return fmt.Errorf("upload %s: exists, and reading it back failed: %w", name, gerr)
+	}
+	defer rc.Close()
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, cerr := io.Copy(h, rc); cerr != nil {
+		return fmt.Errorf("upload %s: exists, and reading it back failed: %w", name, cerr)
+	}
+	if h.Sum32() != crc {
+		return fmt.Errorf("upload %s: %w (CRC32C %08x stored, %08x ours)", name, errForeignObject, h.Sum32(), crc)
 	}
 	return nil
 }
@@ -153,7 +191,7 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	c := f.c
 	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-	spool := filepath.Join(c.cfg.TempDir, cat, name, cyc.id+".spool")
+	spool := filepath.Join(c.cfg.TempDir, cat, name, fmt.Sprintf("f%d-%s.spool", fu.flow.ID, cyc.id))
 	out, err := os.OpenFile(spool, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -205,8 +243,8 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 			m.Offsets = append(m.Offsets, sink.OffsetRange{Topic: p.lease.Topic, Partition: p.lease.Partition, From: p.from, To: p.to})
 		}
 	}
-	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, m.MinTS, cyc.id)
-	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, m.MinResolvedTS, cyc.id)
+	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinTS, cyc.id)
+	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinResolvedTS, cyc.id)
 	m.DataPath = fu.dataPath
 	fu.meta, fu.minResolved = m, m.MinResolvedTS
 	fu.spool, fu.size, fu.crc = spool, ow.Size(), ow.CRC32C()
@@ -224,8 +262,25 @@ func (f *flusher) flowFailed(ctx context.Context, fl *meta.Flow, err error) {
 	f.failures[fl.ID]++
 	n := f.failures[fl.ID]
 	f.mu.Unlock()
-	if n != c.cfg.FatalAfter {
+	c.mu.Lock()
+	already := c.fatal[fl.ID]
+	c.mu.Unlock()
+	if n < c.cfg.FatalAfter || already {
 		return
+	}
+	if _, ok := c.d.Registry.Flow(fl.ID); !ok {
+		// Dropped: the cycle still owes its objects (the data before the
+		// drop) and keeps retrying, but a flow that is gone cannot be
+		// resumed, so it never stops fetching.
+		c.log.Warn("flush of a dropped flow keeps failing; retrying", "flow", label, "flow_id", fl.ID, "failed_cycles", n, "err", err)
+		return
+	}
+	// Redis first: the fatal flag follows flow:state, which every replica
+	// sees and which a resume or a drop clears (session.observeFlows).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.d.Store.SetFlowFatal(sctx, fl.ID, err.Error()); err != nil {
+		c.log.Warn("recording the fatal state in Redis failed", "flow", label, "err", err)
 	}
 	c.mu.Lock()
 	c.fatal[fl.ID] = true
@@ -233,11 +288,6 @@ func (f *flusher) flowFailed(ctx context.Context, fl *meta.Flow, err error) {
 	c.m.flowFatal.WithLabelValues(label).Set(1)
 	c.log.Error("flow is fatal: fetching stopped until a retry succeeds or the flow is resumed",
 		"flow", label, "failed_cycles", n, "err", err)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := c.d.Store.SetFlowFatal(sctx, fl.ID, err.Error()); err != nil {
-		c.log.Warn("recording the fatal state in Redis failed", "flow", label, "err", err)
-	}
 }
 
 // recovered clears failure counts and the fatal state of the cycle's flows
@@ -252,6 +302,11 @@ func (f *flusher) recovered(cyc *cycle) {
 		wasFatal := c.fatal[fu.flow.ID]
 		delete(c.fatal, fu.flow.ID)
 		c.mu.Unlock()
+		// A flow another replica (or an earlier session) made fatal is
+		// active again once a cycle of it commits here.
+		if cur, ok := c.d.Registry.Flow(fu.flow.ID); ok && cur.Status == meta.StatusFatal {
+			wasFatal = true
+		}
 		if wasFatal {
 			label := flowLabel(fu.flow.Info.CatalogName, fu.flow.Info.FlowName)
 			c.m.flowFatal.WithLabelValues(label).Set(0)

@@ -31,7 +31,7 @@ func Example() {
 		files = append(files, sink.FileMeta{Offset: off, Length: n, RawLength: raw, Compression: sink.CompressionZstd, SHA256: hex.EncodeToString(sum[:])})
 	}
 	const ts = 431656320867237891
-	name := sink.DataPath("backups", "default", "orders", ts, "c1")
+	name := sink.DataPath("backups", "default", "orders", 1, ts, "c1")
 	if err := b.Upload(ctx, sink.Object{Name: name, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
 		panic(err)
 	}
@@ -40,10 +40,10 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println(name)
-	fmt.Println(sink.MetaPath("backups", "default", "orders", ts, "c1"))
+	fmt.Println(sink.MetaPath("backups", "default", "orders", 1, ts, "c1"))
 	fmt.Printf("%s\n", chunk)
 	// Output:
-	// backups/default/orders/v1/20220307/07/431656320867237891-c1.log
-	// backups/default/orders/v1/backupmeta/00431656320867237891-c1.meta
+	// backups/default/orders/v1/20220307/07/431656320867237891-1-c1.log
+	// backups/default/orders/v1/backupmeta/00431656320867237891-1-c1.meta
 	// second temp file
 }

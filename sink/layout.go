@@ -42,24 +42,29 @@ func FlowDir(prefix, catalog, flow string) string {
 }
 
 // DataPath is the name of a data object:
-// <prefix>/<catalog>/<flow>/v1/<YYYYMMDD>/<HH>/<min_ts>-<cycle_id>.log, the
-// date and hour being the UTC time of minTS's physical part.
-func DataPath(prefix, catalog, flow string, minTS uint64, cycleID string) string {
+// <prefix>/<catalog>/<flow>/v1/<YYYYMMDD>/<HH>/<min_ts>-<flow_id>-<cycle_id>.log,
+// the date and hour being the UTC time of minTS's physical part. The flow id
+// keeps a flow dropped and created again under the same name apart from the
+// old one, even in one cycle (DESIGN 4).
+func DataPath(prefix, catalog, flow string, flowID uint32, minTS uint64, cycleID string) string {
 	date, hour := event.DateHour(minTS)
-	return FlowDir(prefix, catalog, flow) + "/" + date + "/" + hour + "/" + strconv.FormatUint(minTS, 10) + "-" + cycleID + ".log"
+	return FlowDir(prefix, catalog, flow) + "/" + date + "/" + hour + "/" + strconv.FormatUint(minTS, 10) + "-" +
+		strconv.FormatUint(uint64(flowID), 10) + "-" + cycleID + ".log"
 }
 
 // MetaPath is the name of a meta object:
-// <prefix>/<catalog>/<flow>/v1/backupmeta/<min_resolved_ts:020d>-<cycle_id>.meta.
+// <prefix>/<catalog>/<flow>/v1/backupmeta/<min_resolved_ts:020d>-<flow_id>-<cycle_id>.meta.
 // The zero padding makes a flow's metas list in resolved-ts order.
-func MetaPath(prefix, catalog, flow string, minResolvedTS uint64, cycleID string) string {
-	return fmt.Sprintf("%s/backupmeta/%020d-%s.meta", FlowDir(prefix, catalog, flow), minResolvedTS, cycleID)
+func MetaPath(prefix, catalog, flow string, flowID uint32, minResolvedTS uint64, cycleID string) string {
+	return fmt.Sprintf("%s/backupmeta/%020d-%d-%s.meta", FlowDir(prefix, catalog, flow), minResolvedTS, flowID, cycleID)
 }
 
 // CheckpointPath is the name of a flow's global checkpoint object for a
-// consumer group: <prefix>/<catalog>/<flow>/v1/global_checkpoint/<group>.ts.
-func CheckpointPath(prefix, catalog, flow, group string) string {
-	return FlowDir(prefix, catalog, flow) + "/global_checkpoint/" + group + ".ts"
+// consumer group: <prefix>/<catalog>/<flow>/v1/global_checkpoint/<group>-<flow_id>.ts.
+// A dropped flow's object stays where it was when a new flow of the same
+// name writes its own.
+func CheckpointPath(prefix, catalog, flow, group string, flowID uint32) string {
+	return FlowDir(prefix, catalog, flow) + "/global_checkpoint/" + group + "-" + strconv.FormatUint(uint64(flowID), 10) + ".ts"
 }
 
 // SplitFlowPath returns the catalog and flow of an object name built by the

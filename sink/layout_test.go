@@ -37,11 +37,11 @@ func TestPaths(t *testing.T) {
 	for _, tc := range []struct {
 		name, got, want string
 	}{
-		{"data", sink.DataPath("pre", "default", "f1", ts, "c7"), "pre/default/f1/v1/20220307/07/431656320867237891-c7.log"},
-		{"data no prefix", sink.DataPath("", "default", "f1", ts, "c7"), "default/f1/v1/20220307/07/431656320867237891-c7.log"},
-		{"meta", sink.MetaPath("a/b", "cat", "f", 42, "c1"), "a/b/cat/f/v1/backupmeta/00000000000000000042-c1.meta"},
-		{"meta max", sink.MetaPath("", "cat", "f", 1<<64-1, "c"), "cat/f/v1/backupmeta/18446744073709551615-c.meta"},
-		{"checkpoint", sink.CheckpointPath("", "cat", "f", "flowlog"), "cat/f/v1/global_checkpoint/flowlog.ts"},
+		{"data", sink.DataPath("pre", "default", "f1", 3, ts, "c7"), "pre/default/f1/v1/20220307/07/431656320867237891-3-c7.log"},
+		{"data no prefix", sink.DataPath("", "default", "f1", 3, ts, "c7"), "default/f1/v1/20220307/07/431656320867237891-3-c7.log"},
+		{"meta", sink.MetaPath("a/b", "cat", "f", 5, 42, "c1"), "a/b/cat/f/v1/backupmeta/00000000000000000042-5-c1.meta"},
+		{"meta max", sink.MetaPath("", "cat", "f", 1, 1<<64-1, "c"), "cat/f/v1/backupmeta/18446744073709551615-1-c.meta"},
+		{"checkpoint", sink.CheckpointPath("", "cat", "f", "flowlog", 7), "cat/f/v1/global_checkpoint/flowlog-7.ts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {
@@ -49,7 +49,7 @@ func TestPaths(t *testing.T) {
 			}
 		})
 	}
-	if sink.MetaPath("", "c", "f", 9, "x") >= sink.MetaPath("", "c", "f", 10, "a") {
+	if sink.MetaPath("", "c", "f", 1, 9, "x") >= sink.MetaPath("", "c", "f", 1, 10, "a") {
 		t.Fatal("meta paths do not sort in resolved-ts order")
 	}
 	cat, flow, ok := sink.SplitFlowPath("pre", "pre/cat/f/v1/backupmeta/1-x.meta")

@@ -111,7 +111,7 @@ func writeBackupWith(t testing.TB, b sink.Bucket, cycle string, compression stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := sink.MetaPath("", "default", "f", 1, cycle)
+	path := sink.MetaPath("", "default", "f", 1, 1, cycle)
 	if err := b.Upload(ctx, sink.Object{Name: path, Body: bytes.NewReader(mb), Size: int64(len(mb)), CRC32C: sink.CRC32C(mb)}); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestVerify(t *testing.T) {
 			}), writeBackupWith(t, b, "c6", "none", evs[:1], func(m *sink.Meta) {
 				m.Offsets = []sink.OffsetRange{{Topic: "apply", Partition: 7, From: 10, To: 20}, {Topic: "apply", Partition: 7, From: 30, To: 40}}
 			}))
-		}, []string{"[0, 100) in default/f/v1/backupmeta/00000000000000000001-c5.meta and [10, 20)", "[0, 100) in default/f/v1/backupmeta/00000000000000000001-c5.meta and [30, 40)"}},
+		}, []string{"[0, 100) in default/f/v1/backupmeta/00000000000000000001-1-c5.meta and [10, 20)", "[0, 100) in default/f/v1/backupmeta/00000000000000000001-1-c5.meta and [30, 40)"}},
 		{"chunk past object end", 42, func(t *testing.T, b *sink.MemBucket, metas *[]string) {
 			*metas = append(*metas, writeBackupWith(t, b, "c4", "none", evs[:1], func(m *sink.Meta) {
 				m.Files[0].Offset += 1000

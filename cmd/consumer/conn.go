@@ -164,7 +164,7 @@ func checkpoint(ctx context.Context, st *meta.Store, b sink.Bucket, c *connConfi
 		}
 		return s.CheckpointTS, nil
 	}
-	name := sink.CheckpointPath(c.GCS.Prefix, ref.Catalog, ref.Name, c.Group)
+	name := sink.CheckpointPath(c.GCS.Prefix, ref.Catalog, ref.Name, c.Group, ref.ID)
 	rc, err := b.Get(ctx, name)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint of dropped flow %d: %w", ref.ID, err)

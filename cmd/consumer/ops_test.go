@@ -105,7 +105,7 @@ func newOpsEnv(t *testing.T) *opsEnv {
 		t.Fatal(err)
 	}
 	cp := sink.EncodeCheckpoint(opsCheckpoint)
-	if err := b.Upload(ctx, sink.Object{Name: sink.CheckpointPath("pre", "default", "f", "g1"), Body: strings.NewReader(string(cp)), Size: 8, CRC32C: sink.CRC32C(cp)}); err != nil {
+	if err := b.Upload(ctx, sink.Object{Name: sink.CheckpointPath("pre", "default", "f", "g1", 1), Body: strings.NewReader(string(cp)), Size: 8, CRC32C: sink.CRC32C(cp)}); err != nil {
 		t.Fatal(err)
 	}
 	return e

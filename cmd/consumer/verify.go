@@ -44,7 +44,7 @@ func runVerify(ctx context.Context, args []string) error {
 			return err
 		}
 		redisCkpt = s.CheckpointTS
-		ckptObject = sink.CheckpointPath(conn.GCS.Prefix, ref.Catalog, ref.Name, conn.Group)
+		ckptObject = sink.CheckpointPath(conn.GCS.Prefix, ref.Catalog, ref.Name, conn.Group, ref.ID)
 	}
 	r, err := sink.Verify(ctx, b, ref.Metas, ckptObject, redisCkpt)
 	if err != nil {

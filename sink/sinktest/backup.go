@@ -104,7 +104,7 @@ func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 		m.MinTS = 0
 	}
 	ctx := context.Background()
-	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, m.MinTS, c.CycleID)
+	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, m.MinTS, c.CycleID)
 	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
 		t.Fatalf("upload %s: %v", m.DataPath, err)
 	}
@@ -112,7 +112,7 @@ func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.ResolvedTS, c.CycleID)
+	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, c.ResolvedTS, c.CycleID)
 	if err := b.Upload(ctx, sink.Object{Name: path, Body: bytes.NewReader(mb), Size: int64(len(mb)), CRC32C: sink.CRC32C(mb)}); err != nil {
 		t.Fatalf("upload %s: %v", path, err)
 	}

@@ -1,0 +1,108 @@
+package pipeline
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/flowlog/flowlog/meta"
+)
+
+// flowView is what the consume loop last saw of the flows, to tell what a
+// registry refresh changed whoever applied the DDL: this replica or another.
+type flowView struct {
+	version uint64
+	tables  map[meta.FlowID]string // flow id -> its sorted source tables
+	labels  map[string]bool        // flow labels with metric series
+}
+
+// observeFlows reacts to the flow changes the registry loaded since the last
+// call. It reports whether a flow was dropped or its tables changed: what
+// was routed under the old definitions must then leave in a cycle of its
+// own (the caller freezes). On the way it gives every flow its flow_fatal
+// and flush_failures_total series at 0, removes the series of flows whose
+// name is gone, and clears the fatal flag of flows that Redis no longer
+// holds fatal (resumed or dropped, by any replica). Called by the consume
+// loop only.
+func (s *session) observeFlows() (changed bool) {
+	c := s.c
+	v := c.d.Registry.Version()
+	if s.flows.tables != nil && v == s.flows.version {
+		return false
+	}
+	flows := c.d.Registry.Flows()
+	tables := make(map[meta.FlowID]string, len(flows))
+	labels := make(map[string]bool, len(flows))
+	for _, f := range flows {
+		tables[f.ID] = tableSet(f.Info.SourceTableIDs)
+		l := flowLabel(f.Info.CatalogName, f.Info.FlowName)
+		labels[l] = true
+		c.m.flowFatal.WithLabelValues(l)
+		c.m.flushFailures.WithLabelValues(l)
+	}
+	if s.flows.tables != nil {
+		for id, was := range s.flows.tables {
+			if now, ok := tables[id]; !ok || now != was {
+				changed = true
+			}
+		}
+	}
+	for l := range c.flowLabels {
+		if !labels[l] {
+			c.m.deleteFlow(l)
+		}
+	}
+	c.flowLabels = labels
+	s.flows = flowView{version: v, tables: tables, labels: labels}
+	s.reconcileFatal()
+	return changed
+}
+
+// reconcileFatal clears the fatal flag of every flow the registry no longer
+// knows as fatal: a resume applied by any replica, or a drop.
+func (s *session) reconcileFatal() {
+	c := s.c
+	c.mu.Lock()
+	var cleared []meta.FlowID
+	for id := range c.fatal {
+		if f, ok := c.d.Registry.Flow(id); ok && f.Status == meta.StatusFatal {
+			continue
+		}
+		delete(c.fatal, id)
+		cleared = append(cleared, id)
+	}
+	c.mu.Unlock()
+	for _, id := range cleared {
+		s.fl.mu.Lock()
+		delete(s.fl.failures, id)
+		s.fl.mu.Unlock()
+		if f, ok := c.d.Registry.Flow(id); ok {
+			c.m.flowFatal.WithLabelValues(flowLabel(f.Info.CatalogName, f.Info.FlowName)).Set(0)
+			c.log.Info("flow no longer fatal in Redis (resumed); fetching again", "flow", flowLabel(f.Info.CatalogName, f.Info.FlowName), "flow_id", id)
+		} else {
+			c.log.Info("fatal flow dropped; fetching again", "flow_id", id)
+		}
+	}
+	if len(cleared) > 0 {
+		s.fl.kick()
+	}
+}
+
+func tableSet(ids []uint32) string {
+	sorted := slices.Sorted(slices.Values(ids))
+	parts := make([]string, len(sorted))
+	for i, t := range sorted {
+		parts[i] = strconv.FormatUint(uint64(t), 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// forgetFatal clears every fatal flag at the start of a session: the cycles
+// that failed belonged to the session before, and the flags would otherwise
+// stop fetching with nothing left to retry. A flow whose cause remains
+// becomes fatal again after --fatal-after failed cycles of the new session.
+func (c *Consumer) forgetFatal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.fatal)
+}
