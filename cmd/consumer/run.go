@@ -176,7 +176,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv = &http.Server{Handler: pipeline.Handler(cons, reg, ready), ReadHeaderTimeout: 10 * time.Second}
+		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, ready))
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
