@@ -26,12 +26,7 @@ import (
 // changed by tweak.
 func idleConsumer(t *testing.T, tweak func(*pipeline.Config)) *pipeline.Consumer {
 	t.Helper()
-	cfg := pipeline.Config{
-		TempDir: t.TempDir(), FlushSize: 1 << 20, FlushInterval: time.Minute, MaxTempBytes: 1 << 30,
-		MaxValueSize: 1 << 20, RegionTTL: time.Minute, StartOffset: "earliest", StoreID: "test",
-		Compression: "zstd", UploadParallel: 1, FatalAfter: 1,
-		RetryBackoff: time.Millisecond, MaxRetryDelay: time.Second, ShutdownTimeout: time.Second,
-	}
+	cfg := idleConfig(t.TempDir())
 	if tweak != nil {
 		tweak(&cfg)
 	}

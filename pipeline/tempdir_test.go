@@ -15,14 +15,19 @@ import (
 // startIn builds a Consumer on tempDir, which runs the start-up cleanup of
 // --temp-dir.
 func startIn(tempDir string) error {
-	cfg := pipeline.Config{
+	_, err := pipeline.New(idleConfig(tempDir), pipeline.Deps{})
+	return err
+}
+
+// idleConfig is a valid Config on tempDir for consumers that are built but
+// not run.
+func idleConfig(tempDir string) pipeline.Config {
+	return pipeline.Config{
 		TempDir: tempDir, FlushSize: 1 << 20, FlushInterval: time.Minute, MaxTempBytes: 1 << 30,
 		MaxValueSize: 1 << 20, RegionTTL: time.Minute, StartOffset: "earliest", StoreID: "test",
 		Compression: "zstd", UploadParallel: 1, FatalAfter: 1,
 		RetryBackoff: time.Millisecond, MaxRetryDelay: time.Second, ShutdownTimeout: time.Second,
 	}
-	_, err := pipeline.New(cfg, pipeline.Deps{})
-	return err
 }
 
 func writeFile(t *testing.T, path string) {
