@@ -23,6 +23,10 @@ COPY --from=build /out/consumer /out/producer /
 COPY --from=build --chown=10001:10001 /out/var/lib/flowlog /var/lib/flowlog
 USER 10001:10001
 WORKDIR /var/lib/flowlog
+# The HTTP surface listens on every interface so that Prometheus in another
+# container can scrape /metrics. POST /flush is still only served to
+# loopback clients (docker exec) unless FLOWLOG_ADMIN_TOKEN or
+# FLOWLOG_ADMIN_TOKEN_FILE sets a bearer token.
 ENV FLOWLOG_TEMP_DIR=/var/lib/flowlog/temp \
     FLOWLOG_HTTP_ADDR=0.0.0.0:8080
 EXPOSE 8080

@@ -132,7 +132,7 @@ func faultNextOffsets(st pipeline.Status) int64 {
 // faultDirBytes sums the sizes of the regular files under dir.
 func faultDirBytes(dir string) (files int, bytes int64) {
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+		if err != nil || !d.Type().IsRegular() || d.Name() == ".flowlog-temp" { // not the marker
 			return nil
 		}
 		if info, err := d.Info(); err == nil {

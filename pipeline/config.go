@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/flowlog/flowlog/internal/cli"
@@ -36,6 +37,11 @@ type Config struct {
 	// StallTimeout is how long the consume loop may go without handling a
 	// record while records wait before /readyz reports it stalled.
 	StallTimeout time.Duration
+	// AdminToken is the bearer token POST /flush requires; AdminTokenFile
+	// names a file holding it instead. With neither, /flush is only served
+	// to loopback clients.
+	AdminToken     string
+	AdminTokenFile string
 }
 
 // RegisterFlags registers the pipeline flags on f.
@@ -44,7 +50,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.FlushSize = 128 << 20
 	c.MaxTempBytes = 4 << 30
 	c.MaxValueSize = 8 << 20
-	f.StringVar(&c.TempDir, "temp-dir", "./flowlog-temp", "directory for per-table temp files (leftovers are removed at start)")
+	f.StringVar(&c.TempDir, "temp-dir", "./flowlog-temp", "directory of its own for per-table temp files (leftovers are removed at start; a non-empty directory flowlog did not mark is refused)")
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
 	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
@@ -60,6 +66,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.MaxRetryDelay, "max-retry-delay", 30*time.Second, "largest delay between retries of a failed flush cycle")
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
+	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token POST /flush requires (better set FLOWLOG_ADMIN_TOKEN or --admin-token-file: flags show in ps); empty: /flush only from loopback")
+	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the bearer token POST /flush requires (surrounding whitespace ignored)")
 }
 
 // Validate reports every problem with c.
@@ -110,7 +118,29 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout: must be positive"))
 	}
+	if c.AdminToken != "" && c.AdminTokenFile != "" {
+		errs = append(errs, errors.New("--admin-token and --admin-token-file: set one, not both"))
+	} else if _, err := c.adminToken(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// adminToken is the token POST /flush requires, "" for none, read from
+// --admin-token-file if that is set.
+func (c *Config) adminToken() (string, error) {
+	if c.AdminTokenFile == "" {
+		return c.AdminToken, nil
+	}
+	b, err := os.ReadFile(c.AdminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--admin-token-file %s: empty", c.AdminTokenFile)
+	}
+	return tok, nil
 }
 
 // cycleInterval is the time trigger of a flush cycle: 0.8 x --flush-interval

@@ -85,7 +85,9 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	if err := cleanTempDir(cfg.TempDir); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}, nil
+	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}
+	c.m.maxTempBytes.Set(float64(cfg.MaxTempBytes))
+	return c, nil
 }
 
 // Run consumes until ctx is canceled, then finishes the cycle in flight,

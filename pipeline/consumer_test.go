@@ -357,8 +357,9 @@ func TestLeftoverTempFilesRemovedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := []string{filepath.Join(dir, "g1-p0-t1-r1-write-put.tmp"), filepath.Join(dir, "1-x-1.spool")}
-	keep := filepath.Join(r.tempDir, "README.txt") // not ours: never touched
-	for _, p := range append(left, keep) {
+	keep := filepath.Join(r.tempDir, "README.txt")      // not ours: never touched
+	marker := filepath.Join(r.tempDir, ".flowlog-temp") // written by the process that crashed
+	for _, p := range append(left, keep, marker) {
 		if err := os.WriteFile(p, []byte("crashed"), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -106,26 +106,3 @@ func (p *partState) checkpoint(now time.Time, ttl time.Duration) (uint64, bool) 
 	}
 	return ck, ok
 }
-
-// cleanTempDir removes leftovers of an earlier process: temp and spool files
-// in <root>/<catalog>/<flow>/. Their data was never committed, so it is
-// consumed again from the committed offsets. Nothing else under root is
-// touched, so a mistaken --temp-dir cannot wipe unrelated files.
-func cleanTempDir(root string) error {
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("create temp dir: %w", err)
-	}
-	matches, err := filepath.Glob(filepath.Join(root, "*", "*", "*"))
-	if err != nil {
-		return fmt.Errorf("list leftover temp files: %w", err)
-	}
-	for _, m := range matches {
-		if filepath.Ext(m) != ".tmp" && filepath.Ext(m) != ".spool" {
-			continue
-		}
-		if err := os.Remove(m); err != nil {
-			return fmt.Errorf("remove leftover temp file: %w", err)
-		}
-	}
-	return nil
-}

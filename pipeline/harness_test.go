@@ -213,7 +213,7 @@ func (r *rig) entries(id meta.FlowID) (metas []sink.Meta, entries map[string]int
 func (r *rig) tempFiles() []string {
 	var out []string
 	_ = filepath.Walk(r.tempDir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
+		if err == nil && !fi.IsDir() && fi.Name() != ".flowlog-temp" { // not the marker
 			out = append(out, p)
 		}
 		return nil

@@ -13,6 +13,7 @@ type metrics struct {
 	batchSeconds   prometheus.Histogram
 	tempWrite      *prometheus.HistogramVec
 	tempBytes      *prometheus.GaugeVec
+	maxTempBytes   prometheus.Gauge
 	flushDuration  *prometheus.HistogramVec
 	objectBytes    prometheus.Histogram
 	flushFailures  *prometheus.CounterVec
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "temp_bytes",
 			Help: "Bytes in temp files not yet flushed (current and frozen), by flow.",
 		}, []string{"flow"}),
+		maxTempBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "max_temp_bytes",
+			Help: "--max-temp-bytes: fetching pauses while temp_bytes (summed over flows) exceeds it.",
+		}),
 		flushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "flush_duration_seconds",
 			Help:    "Flush cycle time by stage: build (chunks into the data object, per flow), upload (build and upload of all flows), commit (Redis), kafka_commit, checkpoint, total.",
@@ -96,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.flushDuration,
+		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
 			m.consumerLag, m.cyclesTotal, m.inflightCycles)
 	}

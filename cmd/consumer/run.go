@@ -114,6 +114,9 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	defer rdb.Close()
 	store := meta.NewStore(rdb, cfg.conn.Redis.Prefix, reg)
+	if err := claimPrefix(ctx, store, cfg.conn.Redis.Prefix, cfg.conn.Group); err != nil {
+		return err
+	}
 	registry := meta.NewRegistry(store)
 
 	kopts, err := cfg.conn.Kafka.Opts()
@@ -175,7 +178,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv = &http.Server{Handler: pipeline.Handler(cons, reg, ready), ReadHeaderTimeout: 10 * time.Second}
+		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, ready))
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
@@ -201,5 +204,21 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return err
 	}
 	log.Info("consumer stopped cleanly")
+	return nil
+}
+
+// claimPrefix records group as the owner of the Redis prefix, or refuses to
+// start when another group owns it (DESIGN section 7): two groups under one
+// prefix would both commit offsets and metas of the same partitions.
+func claimPrefix(ctx context.Context, store *meta.Store, prefix, group string) error {
+	err := store.ClaimOwner(ctx, group)
+	var oe *meta.OwnerError
+	switch {
+	case errors.As(err, &oe):
+		return fmt.Errorf("--redis-prefix %q belongs to consumer group %q, not --group %q: use --group %s or another --redis-prefix",
+			prefix, oe.Owner, oe.Group, oe.Owner)
+	case err != nil:
+		return fmt.Errorf("redis: %w", err)
+	}
 	return nil
 }
