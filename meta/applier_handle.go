@@ -25,7 +25,7 @@ func (a *Applier) handle(ctx context.Context, rec *kgo.Record) (Applied, bool, e
 	case errors.As(err, &verr):
 		return Applied{}, false, a.reject(ctx, rec, pos, d.Op, ReasonDDLInvalid, "invalid", err)
 	case errors.Is(err, ErrFlowAlreadyExists), errors.Is(err, ErrFlowNotFound),
-		errors.Is(err, ErrDifferentFlowID), errors.Is(err, ErrUnexpectedValue):
+		errors.Is(err, ErrDifferentFlowID), errors.Is(err, ErrUnexpectedValue), errors.Is(err, ErrFlowIDInUse):
 		return Applied{}, false, a.reject(ctx, rec, pos, d.Op, ReasonDDLRejected, "rejected", err)
 	default:
 		return Applied{}, false, fmt.Errorf("ddl catch-up: record %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)

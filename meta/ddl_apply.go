@@ -187,10 +187,11 @@ func (s *Store) createDDLTx(ctx context.Context, tx *redis.Tx, d *DDL, now time.
 		found := false
 		for cand := seq + 1; cand <= seq+maxIDProbe && cand <= uint64(^uint32(0)); cand++ {
 			infoKey := k.FlowInfo(FlowID(cand))
-			if err := tx.Watch(ctx, infoKey).Err(); err != nil {
+			used := []string{infoKey, k.Metas(FlowID(cand)), k.Coverage(FlowID(cand))}
+			if err := tx.Watch(ctx, used...).Err(); err != nil {
 				return nil, fmt.Errorf("watch: %w", err)
 			}
-			n, err := tx.Exists(ctx, infoKey).Result()
+			n, err := tx.Exists(ctx, used...).Result()
 			if err != nil {
 				return nil, fmt.Errorf("exists %s: %w", infoKey, err)
 			}

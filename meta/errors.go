@@ -19,6 +19,10 @@ var (
 	// ErrDifferentFlowID is returned by an update whose flow name maps to a
 	// different flow id than the one being updated.
 	ErrDifferentFlowID = errors.New("meta: name maps to a different flow id")
+	// ErrFlowIDInUse is returned by a create that names the id of a flow
+	// that exists or existed (its metas or coverage key is present): flow
+	// ids are never reused (DESIGN 4).
+	ErrFlowIDInUse = errors.New("meta: flow id in use or used before")
 	// ErrUnexpectedValue matches every *UnexpectedValueError with errors.Is.
 	ErrUnexpectedValue = errors.New("meta: unexpected value")
 )

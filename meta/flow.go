@@ -64,7 +64,7 @@ func (s *Store) DestroyFlow(ctx context.Context, id FlowID, info FlowInfo) error
 func (s *Store) createTx(ctx context.Context, tx *redis.Tx, id FlowID, info FlowInfo, routes map[uint32]Route) (func(redis.Pipeliner) error, error) {
 	k := s.keys
 	nameKey, infoKey := k.FlowName(info.CatalogName, info.FlowName), k.FlowInfo(id)
-	if err := tx.Watch(ctx, nameKey, infoKey).Err(); err != nil {
+	if err := tx.Watch(ctx, nameKey, infoKey, k.Metas(id), k.Coverage(id)).Err(); err != nil {
 		return nil, fmt.Errorf("watch: %w", err)
 	}
 	want, err := encodeInfo(info)
@@ -96,6 +96,15 @@ func (s *Store) createTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flow
 		return nil, nil // created before with the same info: idempotent
 	case has:
 		return nil, &UnexpectedValueError{Key: infoKey, Actual: stored}
+	}
+	// A new flow under an id that a dropped flow had: its restore would
+	// read the old flow's chunks.
+	used, err := tx.Exists(ctx, k.Metas(id), k.Coverage(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("exists %s: %w", k.Metas(id), err)
+	}
+	if used > 0 {
+		return nil, fmt.Errorf("flow %d has a backup catalog: %w", id, ErrFlowIDInUse)
 	}
 	idx := newIndexSet()
 	idx.add(id, info, routes)

@@ -88,6 +88,11 @@ func (k Keys) Ckpt(topic string, partition int32) string {
 // min_resolved_ts.
 func (k Keys) Metas(id uint32) string { return k.base + "metas:" + u32(id) }
 
+// Coverage is coverage:<flow_id>, the hash of each table's coverage window
+// (DESIGN 7). Like metas:<flow_id>, it outlives the flow, and its presence
+// marks the id as used for good.
+func (k Keys) Coverage(id uint32) string { return k.base + "coverage:" + u32(id) }
+
 // Regions is the hash region id -> last resolved ts of the live regions of
 // an apply partition at its last commit. It is not part of DESIGN section 7:
 // it lets a new owner of the partition start with the regions the previous
