@@ -20,6 +20,11 @@ type PartitionCommit struct {
 	// written to ckpt:<topic>:<partition> when HasCheckpoint is set.
 	Checkpoint    uint64
 	HasCheckpoint bool
+	// Idle marks a partition whose regions have all dropped out (silent
+	// for --region-ttl): ckpt:<topic>:<partition> becomes CkptIdle and the
+	// partition is left out of the global checkpoint until a region of it
+	// speaks again (DESIGN 7). Ignored when HasCheckpoint is set.
+	Idle bool
 	// Regions, when not nil, replaces regions:<topic>:<partition>: the last
 	// resolved ts of every live region of the partition, so that the next
 	// owner's checkpoint also waits for regions it has not heard from yet.
@@ -100,8 +105,11 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		return func(p redis.Pipeliner) error {
 			for _, pc := range c.Partitions {
 				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
-				if pc.HasCheckpoint {
+				switch {
+				case pc.HasCheckpoint:
 					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
+				case pc.Idle:
+					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
 				}
 				if pc.Regions != nil {
 					rk := k.Regions(pc.Topic, pc.Partition)
@@ -163,9 +171,21 @@ func (s *Store) Offset(ctx context.Context, topic string, partition int32) (int6
 // PartitionCheckpoints returns the committed checkpoint of each of
 // partitions that has one; partitions without one are absent from the map.
 func (s *Store) PartitionCheckpoints(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, error) {
+	out, _, err := s.PartitionCheckpointsIdle(ctx, topic, partitions)
+	return out, err
+}
+
+// CkptIdle is the value of ckpt:<topic>:<partition> while every region of
+// the partition has dropped out: it holds the checkpoint at nothing.
+const CkptIdle = "idle"
+
+// PartitionCheckpointsIdle is PartitionCheckpoints that also reports the
+// partitions whose ckpt is CkptIdle (left out of the global checkpoint).
+func (s *Store) PartitionCheckpointsIdle(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, map[int32]bool, error) {
 	out := make(map[int32]uint64, len(partitions))
+	idle := map[int32]bool{}
 	if len(partitions) == 0 {
-		return out, nil
+		return out, idle, nil
 	}
 	keys := make([]string, len(partitions))
 	for i, p := range partitions {
@@ -173,20 +193,24 @@ func (s *Store) PartitionCheckpoints(ctx context.Context, topic string, partitio
 	}
 	vals, err := s.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("mget checkpoints of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("mget checkpoints of %s: %w", topic, err)
 	}
 	for i, v := range vals {
 		str, ok := v.(string)
 		if !ok {
 			continue
 		}
+		if str == CkptIdle {
+			idle[partitions[i]] = true
+			continue
+		}
 		ts, err := strconv.ParseUint(str, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("parse %s = %q: %w", keys[i], str, err)
+			return nil, nil, fmt.Errorf("parse %s = %q: %w", keys[i], str, err)
 		}
 		out[partitions[i]] = ts
 	}
-	return out, nil
+	return out, idle, nil
 }
 
 // Metas returns the committed meta objects of flow id, ordered by

@@ -15,48 +15,64 @@ import (
 
 // advanceCheckpoint computes the global checkpoint (DESIGN section 7): the
 // min of ckpt:<topic>:<p> over every partition of the apply topic that ever
-// held a record; a partition with records but no ckpt yet holds it back. It
-// moves each flow's checkpoint forward in Redis (never backwards) and writes
-// the flow's global_checkpoint object.
+// held a record. A partition with records but no ckpt yet holds it back,
+// unless it has no readable record left (retention moved its start offset
+// to its end: nothing there can ever be routed). A partition whose regions
+// have all dropped out (ckpt CkptIdle) is left out. It moves each flow's
+// checkpoint forward in Redis (never backwards) and writes the flow's
+// global_checkpoint object.
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
 	topic := c.d.ApplyTopic
 	ends, err := f.s.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		return fmt.Errorf("list end offsets: %w", err)
 	}
 	var parts []int32
-	var lerr error
 	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			lerr = o.Err
-			return
-		}
 		if o.Offset > 0 {
 			parts = append(parts, o.Partition)
 		}
 	})
-	if lerr != nil {
-		return fmt.Errorf("list end offsets: %w", lerr)
-	}
 	if len(parts) == 0 {
 		return nil
 	}
-	cks, err := c.d.Store.PartitionCheckpoints(ctx, topic, parts)
+	cks, idle, err := c.d.Store.PartitionCheckpointsIdle(ctx, topic, parts)
 	if err != nil {
 		return err
 	}
+	var starts kadm.ListedOffsets
 	var global uint64
-	for i, p := range parts {
+	found := false
+	for _, p := range parts {
+		if idle[p] {
+			continue
+		}
 		ck, ok := cks[p]
 		if !ok {
+			if starts == nil {
+				if starts, err = f.s.adm.ListStartOffsets(ctx, topic); err == nil {
+					err = starts.Error()
+				}
+				if err != nil {
+					return fmt.Errorf("list start offsets: %w", err)
+				}
+			}
+			start, _ := starts.Lookup(topic, p)
+			end, _ := ends.Lookup(topic, p)
+			if start.Offset >= end.Offset {
+				continue // nothing readable: retention took every record
+			}
 			return nil // a partition with records but no checkpoint yet
 		}
-		if i == 0 || ck < global {
-			global = ck
+		if !found || ck < global {
+			global, found = ck, true
 		}
 	}
-	if global == 0 {
+	if !found || global == 0 {
 		return nil
 	}
 	for _, fl := range c.d.Registry.Flows() {

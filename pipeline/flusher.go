@@ -22,6 +22,7 @@ type partCommit struct {
 	from, to int64
 	ckpt     uint64
 	hasCkpt  bool
+	idle     bool // no live region: left out of the global checkpoint
 	regions  map[uint64]uint64
 }
 
@@ -300,7 +301,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		commit.Leases = append(commit.Leases, p.lease)
 		commit.Partitions = append(commit.Partitions, meta.PartitionCommit{
 			Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
-			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Regions: p.regions,
+			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions,
 		})
 	}
 	for _, fu := range cyc.flows {

@@ -85,6 +85,7 @@ type partState struct {
 	next       int64  // offset after the last record handled
 	cycleFrom  int64  // first offset not yet part of a frozen cycle
 	frozenCkpt uint64 // checkpoint handed to the last cycle
+	frozenIdle bool   // the last cycle had no live region (ckpt idle)
 	regions    map[uint64]*regionState
 	hwm        int64
 }

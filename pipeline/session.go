@@ -406,16 +406,17 @@ func (s *session) freeze(trigger string) *cycle {
 			continue // no record yet, no committed offset to repeat
 		}
 		ck, ok := ps.checkpoint(now, c.cfg.RegionTTL)
-		if ps.next == ps.cycleFrom && (!ok || ck == ps.frozenCkpt) {
+		same := ok && ck == ps.frozenCkpt && !ps.frozenIdle || !ok && ps.frozenIdle
+		if ps.next == ps.cycleFrom && same {
 			continue // nothing new to commit for this partition
 		}
-		ps.frozenCkpt = ck
+		ps.frozenCkpt, ps.frozenIdle = ck, !ok
 		regions := make(map[uint64]uint64, len(ps.regions))
 		for id, r := range ps.regions {
 			regions[id] = r.resolved
 		}
 		cyc.parts = append(cyc.parts, partCommit{
-			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, regions: regions,
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions,
 		})
 		ps.cycleFrom = ps.next
 	}
