@@ -25,6 +25,9 @@ type PartitionCommit struct {
 	// partition is left out of the global checkpoint until a region of it
 	// speaks again (DESIGN 7). Ignored when HasCheckpoint is set.
 	Idle bool
+	// MaxTS, when not 0, is written to maxts:<topic>:<partition>: the
+	// highest commit ts of the partition's records below NextOffset.
+	MaxTS uint64
 	// Regions, when not nil, replaces regions:<topic>:<partition>: the last
 	// resolved ts of every live region of the partition, so that the next
 	// owner's checkpoint also waits for regions it has not heard from yet.
@@ -50,6 +53,10 @@ type Commit struct {
 	Leases     []Lease
 	Partitions []PartitionCommit
 	Metas      []MetaRef
+	// Coverage are partition reports for pending coverage entries; each
+	// partition's lease must be in Leases. A report already made for the
+	// same entry and partition is kept (first wins).
+	Coverage []CoverageReport
 	// LastFlushTS is written as last_flush_ts of every flow of Flows that
 	// still exists (a dropped flow's state is not recreated).
 	LastFlushTS uint64
@@ -85,6 +92,11 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			return fmt.Errorf("commit: partition %s/%d has no lease in the commit", p.Topic, p.Partition)
 		}
 	}
+	for _, r := range c.Coverage {
+		if _, ok := held[k.Lease(r.Topic, r.Partition)]; !ok {
+			return fmt.Errorf("commit: coverage report of partition %s/%d has no lease in the commit", r.Topic, r.Partition)
+		}
+	}
 	for _, id := range c.Flows {
 		watch = append(watch, k.FlowInfo(id))
 	}
@@ -105,6 +117,9 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		return func(p redis.Pipeliner) error {
 			for _, pc := range c.Partitions {
 				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
+				if pc.MaxTS > 0 {
+					p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
+				}
 				switch {
 				case pc.HasCheckpoint:
 					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
@@ -122,6 +137,13 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 						p.HSet(ctx, rk, vals...)
 					}
 				}
+			}
+			for _, r := range c.Coverage {
+				v := CkptIdle
+				if !r.Idle {
+					v = u64(r.TS)
+				}
+				p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), v)
 			}
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})

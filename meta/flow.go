@@ -106,9 +106,15 @@ func (s *Store) createTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flow
 	if used > 0 {
 		return nil, fmt.Errorf("flow %d has a backup catalog: %w", id, ErrFlowIDInUse)
 	}
+	added, _ := tableDiff(nil, info.SourceTableIDs)
+	cov, err := s.coverageTx(ctx, tx, id, added, nil)
+	if err != nil {
+		return nil, err
+	}
 	idx := newIndexSet()
 	idx.add(id, info, routes)
 	return func(p redis.Pipeliner) error {
+		cov(p)
 		p.Set(ctx, nameKey, u32(id), 0)
 		p.Set(ctx, infoKey, want, 0)
 		p.Del(ctx, k.FlowRoutes(id), k.FlowState(id))
@@ -171,10 +177,16 @@ func (s *Store) updateTx(ctx context.Context, tx *redis.Tx, id FlowID, current, 
 	if err != nil {
 		return nil, err
 	}
+	added, removed := tableDiff(current.SourceTableIDs, next.SourceTableIDs)
+	cov, err := s.coverageTx(ctx, tx, id, added, removed)
+	if err != nil {
+		return nil, err
+	}
 	old, idx := newIndexSet(), newIndexSet()
 	old.add(id, current, oldRoutes)
 	idx.add(id, next, routes)
 	return func(p redis.Pipeliner) error {
+		cov(p)
 		if releaseOld {
 			p.Del(ctx, oldNameKey)
 		}
@@ -204,12 +216,17 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 	if err != nil {
 		return nil, err
 	}
+	cov := func(redis.Pipeliner) {}
 	if has {
 		si, err := decodeInfo(infoKey, stored)
 		if err != nil {
 			return nil, err
 		}
 		infos = append(infos, si)
+		_, removed := tableDiff(si.SourceTableIDs, nil)
+		if cov, err = s.coverageTx(ctx, tx, id, nil, removed); err != nil {
+			return nil, err
+		}
 	}
 	routes, err := readRoutes(ctx, tx, routesKey)
 	if err != nil {
@@ -232,6 +249,7 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 		}
 	}
 	return func(p redis.Pipeliner) error {
+		cov(p)
 		if len(names) > 0 {
 			p.Del(ctx, names...)
 		}
