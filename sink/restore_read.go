@@ -264,11 +264,11 @@ func (s *chunkStream) run(b Bucket) error {
 func (s *chunkStream) checkSize(n uint64, framed int64) error {
 	j := s.job
 	switch {
-	case n > uint64(s.limit):
-		return &EntryTooLargeError{Object: j.path, Chunk: j.index, Size: n, Limit: s.limit}
-	case n > uint64(max(j.f.RawLength-framed, 0)):
+	case n > uint64(max(j.f.RawLength-framed, 0)): // corrupt, first: a flipped bit of a length
 		return &ChecksumError{Object: j.path, Chunk: j.index, Offset: j.f.Offset,
 			Err: fmt.Errorf("entry of %d bytes runs past the chunk's raw_length %d", n, j.f.RawLength)}
+	case n > uint64(s.limit):
+		return &EntryTooLargeError{Object: j.path, Chunk: j.index, Size: n, Limit: s.limit}
 	}
 	return nil
 }

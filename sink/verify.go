@@ -261,10 +261,10 @@ func checkChunk(ctx context.Context, b Bucket, j chunkJob) (int64, error) {
 			l := uint64(binary.LittleEndian.Uint32(hdr[:]))
 			size += l
 			switch {
-			case size > event.DefaultMaxEntrySize:
-				return pos, frameErr("entry of at least %d bytes exceeds %d MiB", size, event.DefaultMaxEntrySize>>20)
 			case start+minEntrySize+int64(size) > j.f.RawLength:
 				return pos, frameErr("entry of %d bytes runs past the chunk's raw_length %d", size, j.f.RawLength)
+			case size > event.DefaultMaxEntrySize:
+				return pos, frameErr("entry of at least %d bytes exceeds %d MiB", size, event.DefaultMaxEntrySize>>20)
 			}
 			m, err := br.Discard(int(l))
 			pos += int64(m)
