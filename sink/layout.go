@@ -250,6 +250,25 @@ func (f *FileMeta) validate() error {
 		return errors.New("start_key/end_key not lowercase hex")
 	case f.NumberOfEntries < 0:
 		return fmt.Errorf("negative number_of_entries %d", f.NumberOfEntries)
+	case f.NumberOfEntries > f.RawLength/minEntrySize || f.NumberOfEntries == 0 && f.RawLength > 0:
+		return fmt.Errorf("number_of_entries %d does not fit raw_length %d", f.NumberOfEntries, f.RawLength)
+	}
+	return f.checkSizes()
+}
+
+// minEntrySize is the framed size of an empty entry: two length prefixes.
+const minEntrySize = 8
+
+// maxZstdRatio bounds how much a zstd frame can expand: a block yields at
+// most 128 KiB and takes at least 4 bytes (an RLE block), and the frame
+// header adds bytes on the stored side only.
+const maxZstdRatio = 128 << 10 / 4
+
+// checkSizes rejects a raw_length its stored bytes cannot produce, so that a
+// tampered meta is refused before anything is read or allocated.
+func (f *FileMeta) checkSizes() error {
+	if f.Compression == CompressionZstd && f.RawLength/maxZstdRatio > f.Length {
+		return fmt.Errorf("raw_length %d is more than %d zstd bytes can hold (at most %dx)", f.RawLength, f.Length, maxZstdRatio)
 	}
 	return nil
 }

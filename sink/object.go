@@ -33,7 +33,8 @@ func NewObjectWriter(w io.Writer, compression string) (*ObjectWriter, error) {
 	case CompressionNone:
 		o.buf = make([]byte, 256<<10)
 	case CompressionZstd:
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(zstdWindow))
 		if err != nil {
 			return nil, fmt.Errorf("zstd encoder: %w", err)
 		}
@@ -87,7 +88,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // ChecksumError reports a chunk whose bytes do not match its meta: wrong
-// stored length, undecodable zstd frame, wrong raw length or wrong sha256.
+// stored length, undecodable zstd frame, wrong raw length, wrong sha256, or
+// entries that do not frame.
 type ChecksumError struct {
 	Object string // data object name
 	Chunk  int    // index in the meta's files, or -1 if unknown
@@ -111,8 +113,19 @@ func (e *ChecksumError) Error() string {
 // Unwrap returns the decoding error, if any.
 func (e *ChecksumError) Unwrap() error { return e.Err }
 
+// zstdWindow is the window of the frames ObjectWriter writes and the largest
+// a chunk reader accepts: a frame declaring a larger one (a tampered object
+// can declare gigabytes in a few bytes) fails before the decoder allocates
+// it.
+const zstdWindow = 8 << 20
+
+// zstdMaxMemory caps what a decoder may allocate for one frame; for the
+// streaming reads here it is a second bound on the window.
+const zstdMaxMemory = 64 << 20
+
 var decoders = sync.Pool{New: func() any {
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(zstdWindow), zstd.WithDecoderMaxMemory(zstdMaxMemory))
 	if err != nil {
 		panic(fmt.Sprintf("zstd decoder: %v", err)) // only fails on bad options
 	}
@@ -132,7 +145,9 @@ func readChunk(ctx context.Context, b Bucket, dataPath string, index int, f File
 		return nil, err
 	}
 	defer r.Close()
-	out := bytes.NewBuffer(make([]byte, 0, f.RawLength))
+	// raw_length comes from the meta: it sizes no allocation beyond a
+	// modest head start; the buffer grows with the bytes really read.
+	out := bytes.NewBuffer(make([]byte, 0, min(f.RawLength+1, 16<<20)))
 	if _, err := out.ReadFrom(r); err != nil {
 		return nil, err
 	}
@@ -143,8 +158,12 @@ func readChunk(ctx context.Context, b Bucket, dataPath string, index int, f File
 // of the data object dataPath, decompressed. The reader returns a
 // *ChecksumError instead of io.EOF if the chunk's length or sha256 does not
 // match f; only a reader that reached io.EOF has delivered verified bytes.
-// At most f.RawLength+1 decompressed bytes are ever produced.
+// At most f.RawLength+1 decompressed bytes are ever produced, and a zstd
+// frame may not need a window over 8 MiB.
 func OpenChunk(ctx context.Context, b Bucket, dataPath string, index int, f FileMeta) (io.ReadCloser, error) {
+	if err := f.checkSizes(); err != nil {
+		return nil, &ChecksumError{Object: dataPath, Chunk: index, Offset: f.Offset, Err: err}
+	}
 	rc, err := b.GetRange(ctx, dataPath, f.Offset, f.Length)
 	if err != nil {
 		return nil, fmt.Errorf("read chunk %d of %s: %w", index, dataPath, err)
@@ -217,6 +236,9 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		return n, c.err
 	default:
 		if c.dec != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && c.stored.n > 0 {
+			if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+				err = fmt.Errorf("frame declares a window over the %d MiB limit: %w", zstdWindow>>20, err)
+			}
 			c.err = c.corrupt(fmt.Errorf("zstd: %w", err))
 		} else {
 			c.err = fmt.Errorf("read chunk %d of %s: %w", c.index, c.path, err)

@@ -1,14 +1,11 @@
 package sink
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
 	"github.com/flowlog/flowlog/event"
 )
@@ -17,21 +14,35 @@ import (
 type RestoreOptions struct {
 	// Bucket holds the backup.
 	Bucket Bucket
-	// MetaPaths are the flow's committed meta objects (metas:<flow_id>).
+	// Flow is the flow restored: a meta of another flow, or one whose
+	// data_path lies outside the flow's directory, fails the restore.
+	Flow Flow
+	// MetaPaths are the flow's committed meta objects (metas:<flow_id>),
+	// listed after the checkpoint that TS was checked against was read.
 	MetaPaths []string
 	// TS is the timestamp to restore as of; the caller checks it does not
 	// exceed the flow's checkpoint.
 	TS uint64
 	// Tables restricts the restore to these table ids; nil means all.
 	Tables map[int64]bool
-	// OutDir receives <table_id>.jsonl per table.
+	// OutDir receives <table_id>.jsonl per table, each created afresh
+	// (never through a symbolic link) with mode 0600; OutDir is created with
+	// mode 0700 if missing. A non-empty OutDir fails with ErrOutDirNotEmpty
+	// unless Force is set.
 	OutDir string
+	// Force allows a non-empty OutDir: its <table_id>.jsonl entries (files
+	// or links, never what a link points to) are removed first, so that it
+	// holds only this restore's tables; other entries are left alone.
+	Force bool
 	// TempDir holds sorted runs while restoring (default os.TempDir()).
 	TempDir string
 	// MaxMemory bounds what the restore buffers (default 256 MiB): the
 	// chunk readers' batches come out of it and the rest holds the sorted
 	// runs of write records and default-CF values before they are spilled
-	// to TempDir. The Go runtime and zstd decoders come on top.
+	// to TempDir. The Go runtime and zstd decoders (at most an 8 MiB window
+	// each) come on top, and so does one entry larger than a batch at a
+	// time. An entry may not exceed a quarter of MaxMemory (at least 32 MiB,
+	// at most 256 MiB): see EntryTooLargeError.
 	MaxMemory int64
 	// Parallel is the number of chunks read at once (default 4).
 	Parallel int
@@ -54,6 +65,11 @@ type RestoreStats struct {
 // (possibly empty) for every table in o.Tables and every table with a
 // write-CF record at or below TS; a table with none has no file.
 //
+// Every meta must belong to o.Flow and pass Meta.Validate (which refuses a
+// raw_length its stored bytes cannot hold) before any chunk is read. If no
+// write-CF chunk of the restored tables starts at or below TS, Restore
+// fails with a *NoDataError and writes nothing.
+//
 // Only the chunks that can matter are read, each with one range read and its
 // sha256 checked: not meta-key chunks, not chunks of other tables, not chunks
 // whose min_ts is past TS, and not delete-op chunks (a CF delete carries no
@@ -69,19 +85,24 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+	if err := o.Flow.validate(); err != nil {
 		return st, fmt.Errorf("restore: %w", err)
+	}
+	if err := checkOutDir(o.OutDir, o.Force); err != nil {
+		return st, err // before reading the metas, which may take a while
+	}
+	jobs, err := planChunks(ctx, o)
+	if err != nil {
+		return st, err
+	}
+	if err := prepareOutDir(o.OutDir, o.Force); err != nil {
+		return st, err
 	}
 	tmp, err := os.MkdirTemp(o.TempDir, "flowlog-restore-")
 	if err != nil {
 		return st, fmt.Errorf("restore: temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-
-	jobs, err := planChunks(ctx, o)
-	if err != nil {
-		return st, err
-	}
 	// The readers' batches and buffers come out of the budget; the sorters
 	// share the rest.
 	sortMem := max(o.MaxMemory-readerMemory(o.Parallel), 0)
@@ -128,26 +149,63 @@ type chunkJob struct {
 	f     FileMeta
 }
 
-// planChunks reads the metas and lists the chunks the restore needs.
+// planChunks reads the metas and lists the chunks the restore needs. It
+// fails with a *NoDataError if no write-CF chunk of the restored tables
+// starts at or below TS.
 func planChunks(ctx context.Context, o RestoreOptions) ([]chunkJob, error) {
-	var jobs []chunkJob
+	var (
+		jobs   []chunkJob
+		first  uint64 // min_ts of the earliest write-CF chunk
+		writes bool   // a write-CF chunk starts at or below TS
+	)
 	for _, mp := range o.MetaPaths {
-		m, err := readMeta(ctx, o.Bucket, mp)
+		m, err := readFlowMeta(ctx, o.Bucket, o.Flow, mp)
 		if err != nil {
 			return nil, err
 		}
 		for i, f := range m.Files {
-			if f.IsMeta || f.Op != OpPut || f.MinTS > o.TS || f.NumberOfEntries == 0 && f.RawLength == 0 {
+			if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 {
 				continue
 			}
 			if o.Tables != nil && !o.Tables[f.TableID] {
 				continue
 			}
+			if f.CF == CFWrite {
+				if first == 0 || f.MinTS < first {
+					first = f.MinTS
+				}
+				writes = writes || f.MinTS <= o.TS
+			}
+			if f.MinTS > o.TS {
+				continue
+			}
+			f.StartKey, f.EndKey = "", "" // not needed: hold less per chunk
 			jobs = append(jobs, chunkJob{path: m.DataPath, index: i, f: f})
 		}
 	}
+	if !writes {
+		return nil, &NoDataError{TS: o.TS, First: first}
+	}
 	return jobs, nil
 }
+
+// NoDataError is a restore as of a ts before the first backed-up write
+// record of the restored tables: it would restore nothing.
+type NoDataError struct {
+	TS    uint64
+	First uint64 // commit ts of the first write record; 0 if there is none
+}
+
+func (e *NoDataError) Error() string {
+	if e.First == 0 {
+		return fmt.Sprintf("nothing to restore as of %d: the backup holds no write record of the tables", e.TS)
+	}
+	return fmt.Sprintf("nothing to restore as of %d: the first backed-up write record is at %d", e.TS, e.First)
+}
+
+// maxMetaSize bounds a meta object; a legitimate one lists a cycle's chunks
+// in a few hundred bytes each.
+const maxMetaSize = 64 << 20
 
 // readMeta reads and decodes one meta object.
 func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
@@ -156,9 +214,12 @@ func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
 		return Meta{}, fmt.Errorf("read meta: %w", err)
 	}
 	defer rc.Close()
-	raw, err := io.ReadAll(io.LimitReader(rc, 256<<20))
+	raw, err := io.ReadAll(io.LimitReader(rc, maxMetaSize+1))
 	if err != nil {
 		return Meta{}, fmt.Errorf("read meta %s: %w", path, err)
+	}
+	if len(raw) > maxMetaSize {
+		return Meta{}, &badMetaError{path: path, err: fmt.Errorf("larger than %d MiB", maxMetaSize>>20)}
 	}
 	m, err := DecodeMeta(raw)
 	if err != nil {
@@ -167,7 +228,8 @@ func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
 	return m, nil
 }
 
-// badMetaError is a meta object that exists but does not decode.
+// badMetaError is a meta object that exists but does not decode, or does
+// not belong to the flow read.
 type badMetaError struct {
 	path string
 	err  error
@@ -175,207 +237,6 @@ type badMetaError struct {
 
 func (e *badMetaError) Error() string { return fmt.Sprintf("meta %s: %v", e.path, e.err) }
 func (e *badMetaError) Unwrap() error { return e.err }
-
-// entryBatch is a run of framed entries of one chunk, handed from a reader
-// goroutine to the restore loop.
-type entryBatch struct {
-	job  chunkJob
-	data []byte
-	done bool // last batch of the chunk, verified
-}
-
-// readChunks reads the jobs' chunks with o.Parallel goroutines, which
-// decompress, check and split them into batches of entries; fn sees every
-// entry on the calling goroutine. A chunk's entries are all delivered before
-// its checksum is known, so a corrupt chunk fails the whole restore.
-func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn func(j chunkJob, key, value []byte) error, st *RestoreStats) error {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	jobc := make(chan chunkJob)
-	batches := make(chan entryBatch, o.Parallel)
-	errc := make(chan error, o.Parallel+1)
-	var wg sync.WaitGroup
-	for range o.Parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobc {
-				if err := streamChunk(ctx, o.Bucket, j, batches); err != nil {
-					errc <- err
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-	go func() {
-		defer close(jobc)
-		for _, j := range jobs {
-			select {
-			case jobc <- j:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	go func() { wg.Wait(); close(batches) }()
-
-	var ferr error
-	for b := range batches {
-		if ferr != nil {
-			continue // drain so the readers can finish
-		}
-		rest := b.data
-		for len(rest) > 0 {
-			k, v, r, err := event.NextEntry(rest)
-			if err != nil {
-				ferr = fmt.Errorf("chunk %d of %s: %w", b.job.index, b.job.path, err)
-				cancel()
-				break
-			}
-			if err := fn(b.job, k, v); err != nil {
-				ferr = err
-				cancel()
-				break
-			}
-			rest = r
-		}
-		if b.done {
-			st.Chunks++
-			st.LogBytes += b.job.f.RawLength
-		}
-		putBatchBuf(b.data)
-	}
-	if ferr != nil {
-		return ferr
-	}
-	// The first reader to fail cancelled the others; report its error, not
-	// their cancellation.
-	close(errc)
-	var first error
-	for err := range errc {
-		if first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled) {
-			first = err
-		}
-	}
-	if first != nil {
-		return first
-	}
-	return parent.Err()
-}
-
-const batchSize = 1 << 20
-
-// readerMemory approximates what parallel chunk readers hold: per reader a
-// batch being filled, one queued in the channel and a read buffer.
-func readerMemory(parallel int) int64 {
-	return int64(parallel) * (2*(batchSize+64<<10) + 256<<10)
-}
-
-// batchBufs recycles entry batches between the chunk readers and the
-// restore loop.
-var batchBufs sync.Pool
-
-func getBatchBuf() []byte {
-	if p, ok := batchBufs.Get().(*[]byte); ok {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, batchSize+64<<10)
-}
-
-func putBatchBuf(b []byte) {
-	if cap(b) >= batchSize && cap(b) <= 4*batchSize { // keep only ordinary batches
-		batchBufs.Put(&b)
-	}
-}
-
-// streamChunk reads one chunk and sends its entries in batches of whole
-// entries; the last batch is sent only after the chunk verified.
-func streamChunk(ctx context.Context, b Bucket, j chunkJob, out chan<- entryBatch) error {
-	r, err := OpenChunk(ctx, b, j.path, j.index, j.f)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	br := bufio.NewReaderSize(r, 256<<10)
-	buf := getBatchBuf()
-	var hdr [4]byte
-	for {
-		n, err := io.ReadFull(br, hdr[:])
-		if errors.Is(err, io.EOF) && n == 0 {
-			break
-		}
-		if err != nil {
-			return chunkErr(j, err)
-		}
-		klen := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
-		buf = append(buf, hdr[:]...)
-		if buf, err = readN(br, buf, klen); err != nil {
-			return chunkErr(j, err)
-		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return chunkErr(j, err)
-		}
-		vlen := int(uint32(hdr[0]) | uint32(hdr[1])<<8 | uint32(hdr[2])<<16 | uint32(hdr[3])<<24)
-		buf = append(buf, hdr[:]...)
-		if buf, err = readN(br, buf, vlen); err != nil {
-			return chunkErr(j, err)
-		}
-		if len(buf) >= batchSize {
-			select {
-			case out <- entryBatch{job: j, data: buf}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			buf = getBatchBuf()
-		}
-	}
-	select {
-	case out <- entryBatch{job: j, data: buf, done: true}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// readN appends n bytes of r to buf, growing it in steps so that a corrupt
-// length cannot allocate more than the chunk holds (the chunk reader stops at
-// raw_length+1 bytes).
-func readN(r io.Reader, buf []byte, n int) ([]byte, error) {
-	for n > 0 {
-		step := min(n, 1<<20)
-		buf = slicesGrow(buf, step)
-		m, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
-		buf = buf[:len(buf)+m]
-		if err != nil {
-			return buf, err
-		}
-		n -= step
-	}
-	return buf, nil
-}
-
-func slicesGrow(b []byte, n int) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	nb := make([]byte, len(b), 2*cap(b)+n)
-	copy(nb, b)
-	return nb
-}
-
-// chunkErr reports a chunk that ended inside an entry. A checksum error from
-// the chunk reader takes precedence: it names the object and chunk.
-func chunkErr(j chunkJob, err error) error {
-	var ce *ChecksumError
-	if errors.As(err, &ce) {
-		return err
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("chunk %d of %s: truncated entry", j.index, j.path)
-	}
-	return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
-}
 
 // writeTables runs the MVCC read over the sorted write records, joining
 // default-CF values, and writes the tables' jsonl files.

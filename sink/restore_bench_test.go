@@ -95,7 +95,7 @@ func BenchmarkRestore(b *testing.B) {
 				peak := make(chan uint64)
 				go func() { peak <- peakHeap(stop) }()
 				cpu0 := cpuTime()
-				st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: bkt, MetaPaths: metas, TS: ts,
+				st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: bkt, Flow: testFlow, MetaPaths: metas, TS: ts,
 					OutDir: b.TempDir(), TempDir: b.TempDir(), MaxMemory: int64(*benchRestoreMem) << 20})
 				close(stop)
 				cpu := cpuTime() - cpu0

@@ -3,11 +3,84 @@ package sink
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
+
+// ErrOutDirNotEmpty is returned by Restore for a non-empty OutDir without
+// Force.
+var ErrOutDirNotEmpty = errors.New("output directory is not empty")
+
+// checkOutDir fails with ErrOutDirNotEmpty if dir has entries and force is
+// not set; a missing dir is fine.
+func checkOutDir(dir string, force bool) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("restore: output directory: %w", err)
+	case len(entries) > 0 && !force:
+		return fmt.Errorf("restore: %s holds %d entries (%s, ...): %w", dir, len(entries), entries[0].Name(), ErrOutDirNotEmpty)
+	}
+	return nil
+}
+
+// prepareOutDir creates dir (mode 0700) if it is missing, else checks that
+// it is empty or, with force, removes its <table_id>.jsonl entries. A
+// symbolic link among them is removed itself, never followed.
+func prepareOutDir(dir string, force bool) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restore: output directory: %w", err)
+	}
+	if len(entries) > 0 && !force {
+		return fmt.Errorf("restore: %s holds %d entries (%s, ...): %w", dir, len(entries), entries[0].Name(), ErrOutDirNotEmpty)
+	}
+	for _, e := range entries {
+		if !isTableFile(e.Name()) {
+			continue
+		}
+		// os.Remove unlinks a symbolic link, not its target; a directory
+		// of that name that is not empty stays and fails the restore.
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("restore: replace %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// isTableFile reports whether name is <table_id>.jsonl.
+func isTableFile(name string) bool {
+	id, ok := strings.CutSuffix(name, ".jsonl")
+	if !ok {
+		return false
+	}
+	_, err := strconv.ParseInt(id, 10, 64)
+	return err == nil
+}
+
+// createOut creates table id's file in dir: a new file of mode 0600, never
+// an existing entry and never through a symbolic link (O_EXCL|O_NOFOLLOW),
+// even if one appeared after prepareOutDir.
+func createOut(dir string, id int64) (*os.File, error) {
+	name := filepath.Join(dir, strconv.FormatInt(id, 10)+".jsonl")
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("restore: create %s: %w", name, err)
+	}
+	return f, nil
+}
 
 // appendRaw appends the raw key of the memcomparable encoding enc, which
 // event.SplitDataKey has validated, to dst.
@@ -104,9 +177,9 @@ func (t *tableWriter) open(id int64) error {
 	if t.written[id] {
 		return fmt.Errorf("restore: table %d: keys out of order", id)
 	}
-	f, err := os.Create(filepath.Join(t.dir, strconv.FormatInt(id, 10)+".jsonl"))
+	f, err := createOut(t.dir, id)
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return err
 	}
 	t.id, t.f, t.written[id] = id, f, true
 	return nil

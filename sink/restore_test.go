@@ -118,6 +118,9 @@ func writeBackupWith(t testing.TB, b sink.Bucket, cycle string, compression stri
 	return path
 }
 
+// testFlow is the flow writeBackup writes.
+var testFlow = sink.Flow{Catalog: "default", Name: "f", ID: 1}
+
 type row struct {
 	Key      string `json:"key"`
 	Value    string `json:"value"`
@@ -187,22 +190,35 @@ func TestRestoreMVCC(t *testing.T) {
 			ts     uint64
 			tables map[int64]bool
 			want   map[string][]string
+			first  uint64 // a *NoDataError naming this first write record
 		}{
-			{5, nil, map[string][]string{}},
-			{9, nil, map[string][]string{"1": {"3=" + string(big) + "@6"}}},
-			{10, nil, map[string][]string{"1": {"1=a@10", "2=c@10", "3=" + string(big) + "@6"}}},
-			{19, nil, map[string][]string{"1": {"1=a@10", "2=c@10", "3=v11-long@12"}}},
-			{20, nil, map[string][]string{"1": {"2=c@10", "3=v11-long@12"}}},
-			{23, nil, map[string][]string{"1": {"2=c@10", "3=v11-long@12"}, "2": {"7=t2@22"}}},
-			{5, map[int64]bool{2: true}, map[string][]string{"2": {}}},
-			{30, nil, map[string][]string{"1": {"1=b@30", "2=c@10", "3=v11-long@12"}, "2": {"7=t2@22"}}},
-			{100, nil, map[string][]string{"1": {"1=b@30", "2=c@10", "3=v40-after@41"}, "2": {"7=t2@22"}}},
-			{100, map[int64]bool{2: true}, map[string][]string{"2": {"7=t2@22"}}},
-			{6, map[int64]bool{1: true}, map[string][]string{"1": {"3=" + string(big) + "@6"}}},
+			{5, nil, nil, 6},
+			{9, nil, map[string][]string{"1": {"3=" + string(big) + "@6"}}, 0},
+			{10, nil, map[string][]string{"1": {"1=a@10", "2=c@10", "3=" + string(big) + "@6"}}, 0},
+			{19, nil, map[string][]string{"1": {"1=a@10", "2=c@10", "3=v11-long@12"}}, 0},
+			{20, nil, map[string][]string{"1": {"2=c@10", "3=v11-long@12"}}, 0},
+			{23, nil, map[string][]string{"1": {"2=c@10", "3=v11-long@12"}, "2": {"7=t2@22"}}, 0},
+			{5, map[int64]bool{2: true}, nil, 22},
+			{21, map[int64]bool{2: true}, nil, 22},
+			{22, map[int64]bool{2: true}, map[string][]string{"2": {"7=t2@22"}}, 0},
+			{30, nil, map[string][]string{"1": {"1=b@30", "2=c@10", "3=v11-long@12"}, "2": {"7=t2@22"}}, 0},
+			{100, nil, map[string][]string{"1": {"1=b@30", "2=c@10", "3=v40-after@41"}, "2": {"7=t2@22"}}, 0},
+			{100, map[int64]bool{2: true}, map[string][]string{"2": {"7=t2@22"}}, 0},
+			{6, map[int64]bool{1: true}, map[string][]string{"1": {"3=" + string(big) + "@6"}}, 0},
 		} {
 			t.Run(fmt.Sprintf("%s/ts=%d/tables=%v", comp, tc.ts, tc.tables), func(t *testing.T) {
 				out := t.TempDir()
-				st, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, MetaPaths: metas, TS: tc.ts, Tables: tc.tables, OutDir: out, TempDir: t.TempDir()})
+				st, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: tc.ts, Tables: tc.tables, OutDir: out, TempDir: t.TempDir()})
+				if tc.first != 0 {
+					var nd *sink.NoDataError
+					if !errors.As(err, &nd) || nd.First != tc.first || nd.TS != tc.ts {
+						t.Fatalf("restore at %d = %v, want a NoDataError naming %d", tc.ts, err, tc.first)
+					}
+					if files, _ := os.ReadDir(out); len(files) != 0 {
+						t.Fatalf("restore before the data wrote %v", files)
+					}
+					return
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -225,7 +241,7 @@ func TestRestoreMVCC(t *testing.T) {
 func TestRestoreMissingDefault(t *testing.T) {
 	b := sink.NewMemBucket()
 	metas := []string{writeBackup(t, b, "c1", "none", []kv{wput(1, 1, 10, 9, "")})}
-	_, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: b, MetaPaths: metas, TS: 10, OutDir: t.TempDir()})
+	_, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: 10, OutDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "no default-CF entry") {
 		t.Fatalf("Restore = %v, want missing default-CF error", err)
 	}
@@ -244,7 +260,7 @@ func TestRestoreCorrupt(t *testing.T) {
 			if !b.Corrupt(m.DataPath, f.Offset+f.Length-3) {
 				t.Fatal("corrupt failed")
 			}
-			_, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, MetaPaths: []string{mp}, TS: 100, OutDir: t.TempDir()})
+			_, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: []string{mp}, TS: 100, OutDir: t.TempDir()})
 			var ce *sink.ChecksumError
 			if !errors.As(err, &ce) || ce.Object != m.DataPath || ce.Chunk != 1 {
 				t.Fatalf("Restore = %v, want checksum error of chunk 1 of %s", err, m.DataPath)
@@ -349,7 +365,7 @@ func TestRestoreSpill(t *testing.T) {
 		t.Run(fmt.Sprint(ts), func(t *testing.T) {
 			tmp := t.TempDir()
 			out := t.TempDir()
-			st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: b, MetaPaths: metas, TS: ts, OutDir: out, TempDir: tmp, MaxMemory: 2 << 20})
+			st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: ts, OutDir: out, TempDir: tmp, MaxMemory: 2 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +389,7 @@ func TestRestoreCancelled(t *testing.T) {
 	metas := []string{writeBackup(t, b, "c1", "none", randomBackup(3, 2000, 100))}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, MetaPaths: metas, TS: 1 << 62, OutDir: t.TempDir()}); !errors.Is(err, context.Canceled) {
+	if _, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: 1 << 62, OutDir: t.TempDir()}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Restore with a cancelled context = %v", err)
 	}
 }

@@ -1,8 +1,10 @@
 package sink_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,7 +20,7 @@ func TestVerify(t *testing.T) {
 			m.Offsets = []sink.OffsetRange{{Topic: "apply", Partition: 0, From: from, To: to}, {Topic: "apply", Partition: 1, From: 0, To: 5}}
 		}
 	}
-	const ckpt = "default/f/v1/global_checkpoint/flowlog.ts"
+	const ckpt = "default/f/v1/global_checkpoint/flowlog-1.ts"
 	for _, tc := range []struct {
 		name   string
 		redis  uint64
@@ -74,7 +76,7 @@ func TestVerify(t *testing.T) {
 			if tc.mod != nil {
 				tc.mod(t, b, &metas)
 			}
-			r, err := sink.Verify(ctx, b, metas, ckpt, tc.redis)
+			r, err := sink.Verify(ctx, sink.VerifyOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, Group: "flowlog", RedisCheckpoint: tc.redis})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,4 +110,74 @@ func metaOf(t *testing.T, b sink.Bucket, path string) sink.Meta {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestVerifyFlowObjects checks what Verify says about the objects under the
+// flow's directory besides the backup: the checkpoint objects of other
+// groups when the group's own is missing, and unreferenced objects, not
+// counting those of another flow id of the same name that its listed metas
+// reference.
+func TestVerifyFlowObjects(t *testing.T) {
+	ctx := context.Background()
+	put := func(t *testing.T, b sink.Bucket, name string, body []byte) {
+		t.Helper()
+		if err := b.Upload(ctx, sink.Object{Name: name, Body: bytes.NewReader(body), Size: int64(len(body)), CRC32C: sink.CRC32C(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := []kv{wput(1, 1, 10, 9, "a")}
+	b := sink.NewMemBucket()
+	metas := []string{writeBackup(t, b, "c1", "zstd", evs)}
+	// Leftovers of a fenced cycle: a data object and a meta never listed.
+	put(t, b, "default/f/v1/20220307/07/1-fenced.log", make([]byte, 1000))
+	put(t, b, "default/f/v1/backupmeta/00000000000000000001-fenced.meta", make([]byte, 24))
+	// A dropped flow of the same name (id 9): one cycle listed, one not.
+	var dropped []string
+	for _, cycle := range []string{"d1", "d2"} {
+		mp := writeBackupWith(t, b, cycle, "none", evs, func(m *sink.Meta) { m.FlowID = 9 })
+		if cycle == "d1" {
+			dropped = append(dropped, mp)
+		}
+	}
+	d2 := metaOf(t, b, sink.MetaPath("", "default", "f", 1, 1, "d2"))
+	d2Size, _ := b.Size(ctx, d2.DataPath)
+	d2MetaSize, _ := b.Size(ctx, sink.MetaPath("", "default", "f", 1, 1, "d2"))
+	// Another group's checkpoint, the dropped flow's, and an object outside
+	// the flow.
+	put(t, b, "default/f/v1/global_checkpoint/blue-1.ts", sink.EncodeCheckpoint(42))
+	put(t, b, "default/f/v1/global_checkpoint/flowlog-9.ts", sink.EncodeCheckpoint(41))
+	put(t, b, "default/g/v1/20220307/07/1-other.log", make([]byte, 5))
+
+	listed := func(ctx context.Context, id uint32) ([]string, error) {
+		if id != 9 {
+			return nil, fmt.Errorf("unexpected flow id %d", id)
+		}
+		return dropped, nil
+	}
+	r, err := sink.Verify(ctx, sink.VerifyOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, Group: "flowlog", RedisCheckpoint: 42, ListedMetas: listed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Faults) != 1 || !strings.Contains(r.Faults[0], "checkpoint object default/f/v1/global_checkpoint/flowlog-1.ts is missing (Redis has 42), but global_checkpoint/ holds default/f/v1/global_checkpoint/blue-1.ts, default/f/v1/global_checkpoint/flowlog-9.ts: is --group") {
+		t.Errorf("faults %q, want the missing checkpoint naming the other groups'", r.Faults)
+	}
+	if fmt.Sprint(r.OtherCheckpoints) != "[default/f/v1/global_checkpoint/blue-1.ts default/f/v1/global_checkpoint/flowlog-9.ts]" {
+		t.Errorf("other checkpoints %v", r.OtherCheckpoints)
+	}
+	if want := int64(1000+24) + d2Size + d2MetaSize; r.Unreferenced != 4 || r.UnreferencedBytes != want {
+		t.Errorf("unreferenced %d objects, %d bytes; want 4, %d", r.Unreferenced, r.UnreferencedBytes, want)
+	}
+
+	// Without a Redis checkpoint and without other groups' objects, a
+	// missing checkpoint object is no fault; without ListedMetas the
+	// dropped flow's listed objects count too.
+	b.Delete(ctx, "default/f/v1/global_checkpoint/blue-1.ts")
+	b.Delete(ctx, "default/f/v1/global_checkpoint/flowlog-9.ts")
+	r, err = sink.Verify(ctx, sink.VerifyOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, Group: "flowlog"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.Unreferenced != 6 || len(r.OtherCheckpoints) != 0 {
+		t.Errorf("report %+v, want OK with 6 unreferenced objects", r)
+	}
 }

@@ -80,7 +80,36 @@ type flowRef struct {
 	Catalog string
 	Name    string
 	Dropped bool
-	Metas   []string // committed meta paths, in resolved-ts order
+	Metas   []string // committed meta paths, in resolved-ts order (listMetas)
+}
+
+// sinkFlow is the flow as the sink's readers check its metas.
+func (r flowRef) sinkFlow(prefix string) sink.Flow {
+	return sink.Flow{Prefix: prefix, Catalog: r.Catalog, Name: r.Name, ID: uint32(r.ID)}
+}
+
+// flowStore is what the operator commands read of a flow in Redis
+// (*meta.Store).
+type flowStore interface {
+	FlowIDByName(ctx context.Context, catalog, name string) (meta.FlowID, bool, error)
+	FlowInfo(ctx context.Context, id meta.FlowID) (meta.FlowInfo, bool, error)
+	FlowState(ctx context.Context, id meta.FlowID) (meta.FlowState, error)
+	Metas(ctx context.Context, id meta.FlowID) ([]meta.MetaRef, error)
+}
+
+// listMetas sets ref.Metas to the flow's committed meta paths. A restore
+// calls it after reading the checkpoint: metas only grow, so a list taken
+// later holds every cycle the checkpoint covers.
+func listMetas(ctx context.Context, st flowStore, ref *flowRef) error {
+	refs, err := st.Metas(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	ref.Metas = ref.Metas[:0]
+	for _, m := range refs {
+		ref.Metas = append(ref.Metas, m.Path)
+	}
+	return nil
 }
 
 // addFlowFlags registers --flow and --flow-id on f.
@@ -89,10 +118,10 @@ func addFlowFlags(f *flag.FlagSet, name *string, id *uint) {
 	f.UintVar(id, "flow-id", 0, "flow id, for a dropped flow (its backup stays restorable)")
 }
 
-// resolveFlow finds the flow named by --flow or --flow-id and lists its
-// committed metas. A dropped flow (no flow:info any more) takes its catalog
-// and name from its newest meta's object path.
-func resolveFlow(ctx context.Context, st *meta.Store, prefix, flowArg string, idArg uint) (flowRef, error) {
+// resolveFlow finds the flow named by --flow or --flow-id; callers list its
+// metas with listMetas. A dropped flow (no flow:info any more) takes its
+// catalog and name from its newest meta's object path.
+func resolveFlow(ctx context.Context, st flowStore, prefix, flowArg string, idArg uint) (flowRef, error) {
 	var ref flowRef
 	switch {
 	case flowArg == "" && idArg == 0:
@@ -130,14 +159,11 @@ func resolveFlow(ctx context.Context, st *meta.Store, prefix, flowArg string, id
 			ref.Dropped = true
 		}
 	}
-	refs, err := st.Metas(ctx, ref.ID)
-	if err != nil {
-		return ref, err
-	}
-	for _, m := range refs {
-		ref.Metas = append(ref.Metas, m.Path)
-	}
 	if ref.Dropped {
+		refs, err := st.Metas(ctx, ref.ID)
+		if err != nil {
+			return ref, err
+		}
 		if len(refs) == 0 {
 			return ref, fmt.Errorf("flow %d: no such flow and no committed backup", ref.ID)
 		}
@@ -156,7 +182,7 @@ func resolveFlow(ctx context.Context, st *meta.Store, prefix, flowArg string, id
 // object stops moving at the drop, unless a new flow of the same name takes
 // the path over: then it may be later than the dropped flow's data, and a
 // restore at it shows the dropped flow's final state.
-func checkpoint(ctx context.Context, st *meta.Store, b sink.Bucket, c *connConfig, ref flowRef) (uint64, error) {
+func checkpoint(ctx context.Context, st flowStore, b sink.Bucket, c *connConfig, ref flowRef) (uint64, error) {
 	if !ref.Dropped {
 		s, err := st.FlowState(ctx, ref.ID)
 		if err != nil {

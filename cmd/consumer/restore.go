@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -18,8 +20,9 @@ type restoreConfig struct {
 	conn      connConfig
 	Flow      string
 	FlowID    uint
-	TS        uint64
+	TS        tsFlag
 	Out       string
+	Force     bool
 	Tables    string
 	TempDir   string
 	MaxMemory cli.Size
@@ -29,8 +32,9 @@ type restoreConfig struct {
 func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	c.conn.RegisterFlags(f)
 	addFlowFlags(f, &c.Flow, &c.FlowID)
-	f.Uint64Var(&c.TS, "ts", 0, "restore as of this TSO (default: the flow's checkpoint; may not exceed it)")
-	f.StringVar(&c.Out, "out", "", "directory to write <table_id>.jsonl into")
+	f.Var(&c.TS, "ts", "restore as of this TSO, RFC 3339 time (2026-12-01T10:00:00Z) or negative duration ago (-15m) (default: the flow's checkpoint; may not exceed it)")
+	f.StringVar(&c.Out, "out", "", "directory to write <table_id>.jsonl into (created 0700 if missing; must be empty unless --force)")
+	f.BoolVar(&c.Force, "force", false, "write into a non-empty --out, replacing its <table_id>.jsonl files (links are replaced, never followed)")
 	f.StringVar(&c.Tables, "tables", "", "comma-separated table ids to restore (default: all)")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while restoring")
 	c.MaxMemory = 256 << 20
@@ -66,10 +70,6 @@ func runRestore(ctx context.Context, args []string) error {
 	if cfg.Out == "" {
 		return fmt.Errorf("--out is required")
 	}
-	tables, err := cfg.tables()
-	if err != nil {
-		return err
-	}
 	st, closeStore, err := cfg.conn.openStore()
 	if err != nil {
 		return err
@@ -80,7 +80,18 @@ func runRestore(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
+	return restore(ctx, &cfg, st, b)
+}
 
+// restore runs a parsed `consumer restore`. It reads the checkpoint before
+// it lists the metas: metas only grow, so the list holds every cycle the
+// checkpoint covers, even if a cycle commits and the checkpoint moves in
+// between.
+func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucket) error {
+	tables, err := cfg.tables()
+	if err != nil {
+		return err
+	}
 	ref, err := resolveFlow(ctx, st, cfg.conn.GCS.Prefix, cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
@@ -89,22 +100,37 @@ func runRestore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ts := cfg.TS
+	ts := cfg.TS.ts
 	switch {
 	case ckpt == 0:
 		return fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
 	case ts == 0:
 		ts = ckpt
 	case ts > ckpt:
-		return fmt.Errorf("--ts %d is past the flow's checkpoint %d (%s): later data may still be incomplete",
-			ts, ckpt, tsTime(ckpt))
+		return fmt.Errorf("--ts %s is past the flow's checkpoint %d (%s): later data may still be incomplete",
+			cfg.TS.describe(), ckpt, tsTime(ckpt))
+	}
+	if err := listMetas(ctx, st, &ref); err != nil {
+		return err
+	}
+	if cfg.TS.form != "" {
+		fmt.Printf("--ts %s\n", cfg.TS.describe())
 	}
 	start := time.Now()
 	stats, err := sink.Restore(ctx, sink.RestoreOptions{
-		Bucket: b, MetaPaths: ref.Metas, TS: ts, Tables: tables,
-		OutDir: cfg.Out, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
+		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables,
+		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
 	})
-	if err != nil {
+	var nd *sink.NoDataError
+	switch {
+	case errors.Is(err, sink.ErrOutDirNotEmpty):
+		return fmt.Errorf("--out %s is not empty: pass --force to write into it (its <table_id>.jsonl files are replaced)", cfg.Out)
+	case errors.As(err, &nd) && nd.First == 0:
+		return fmt.Errorf("flow %s/%s (id %d) has no backed-up write record%s: nothing to restore", ref.Catalog, ref.Name, ref.ID, tablesNote(cfg.Tables))
+	case errors.As(err, &nd):
+		return fmt.Errorf("--ts %d (%s) is before the first backed-up write record%s of flow %s/%s at %d (%s): nothing to restore",
+			ts, tsTime(ts), tablesNote(cfg.Tables), ref.Catalog, ref.Name, nd.First, tsTime(nd.First))
+	case err != nil:
 		return err
 	}
 	secs := time.Since(start).Seconds()
@@ -113,4 +139,78 @@ func runRestore(ctx context.Context, args []string) error {
 	fmt.Printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, len(ref.Metas), mb, secs, mb/max(secs, 1e-9))
 	return nil
+}
+
+func tablesNote(tables string) string {
+	if tables == "" {
+		return ""
+	}
+	return " of tables " + tables
+}
+
+// tsFlag is --ts: a TSO, an RFC 3339 time, or a negative duration counted
+// back from when the flag is parsed. A time becomes the last TSO of its
+// millisecond, so that a restore as of a time includes what committed at
+// that time.
+type tsFlag struct {
+	arg  string
+	form string // "" for a TSO, else "time" or "duration"
+	ts   uint64
+}
+
+func (f *tsFlag) String() string { return f.arg }
+
+func (f *tsFlag) Set(s string) error {
+	ts, form, err := parseTS(s, time.Now())
+	if err != nil {
+		return err
+	}
+	*f = tsFlag{arg: s, form: form, ts: ts}
+	return nil
+}
+
+// describe renders the flag and, for a time or duration, the TSO it became.
+func (f *tsFlag) describe() string {
+	if f.form == "" {
+		return f.arg
+	}
+	return fmt.Sprintf("%s is TSO %d (%s)", f.arg, f.ts, tsTime(f.ts))
+}
+
+const tsForms = "want a TSO (431656320867237891), an RFC 3339 time (2026-12-01T10:00:00Z) or a negative duration (-15m)"
+
+// parseTS reads a --ts value as of now.
+func parseTS(s string, now time.Time) (ts uint64, form string, err error) {
+	if s == "" {
+		return 0, "", fmt.Errorf("empty: %s", tsForms)
+	}
+	if s[0] >= '0' && s[0] <= '9' && !strings.ContainsAny(s, "-:T") {
+		ts, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || ts == 0 {
+			return 0, "", fmt.Errorf("%q: not a TSO: %s", s, tsForms)
+		}
+		return ts, "", nil
+	}
+	var t time.Time
+	if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, "", fmt.Errorf("%q: %s", s, tsForms)
+		}
+		if d >= 0 {
+			return 0, "", fmt.Errorf("%q: a duration must be negative, a time ago (-15m)", s)
+		}
+		t, form = now.Add(d), "duration"
+	} else {
+		t, err = time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, "", fmt.Errorf("%q: %s", s, tsForms)
+		}
+		form = "time"
+	}
+	ms := t.UnixMilli()
+	if ms <= 0 || ms >= 1<<46 {
+		return 0, "", fmt.Errorf("%q: %s is outside the range of a TSO", s, t.UTC().Format(time.RFC3339))
+	}
+	return event.ComposeTS(ms, 1<<18-1), form, nil
 }

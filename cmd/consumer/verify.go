@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -36,17 +37,24 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	// A dropped flow has no checkpoint in Redis to compare with.
-	var ckptObject string
-	var redisCkpt uint64
+	opts := sink.VerifyOptions{Bucket: b, Flow: ref.sinkFlow(conn.GCS.Prefix),
+		ListedMetas: func(ctx context.Context, id uint32) ([]string, error) {
+			other := flowRef{ID: meta.FlowID(id)}
+			err := listMetas(ctx, st, &other)
+			return other.Metas, err
+		}}
 	if !ref.Dropped {
 		s, err := st.FlowState(ctx, ref.ID)
 		if err != nil {
 			return err
 		}
-		redisCkpt = s.CheckpointTS
-		ckptObject = sink.CheckpointPath(conn.GCS.Prefix, ref.Catalog, ref.Name, conn.Group, ref.ID)
+		opts.RedisCheckpoint, opts.Group = s.CheckpointTS, conn.Group
 	}
-	r, err := sink.Verify(ctx, b, ref.Metas, ckptObject, redisCkpt)
+	if err := listMetas(ctx, st, &ref); err != nil {
+		return err
+	}
+	opts.MetaPaths = ref.Metas
+	r, err := sink.Verify(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -67,8 +75,12 @@ func runVerify(ctx context.Context, args []string) error {
 	} else {
 		fmt.Printf("flow %s/%s (id %d)%s\n", ref.Catalog, ref.Name, ref.ID, map[bool]string{true: " [dropped]"}[ref.Dropped])
 		fmt.Printf("  metas %d, data objects %d, chunks checked %d (%.1f MiB)\n", r.Metas, r.DataObjects, r.Chunks, float64(r.ChunkBytes)/(1<<20))
-		if ckptObject != "" {
+		if r.CheckpointObject != "" {
 			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
+		}
+		if r.Unreferenced > 0 {
+			fmt.Printf("  unreferenced: %d objects (%.1f MiB) under %s that no committed meta references; not part of the backup, to be removed by consumer gc (planned)\n",
+				r.Unreferenced, float64(r.UnreferencedBytes)/(1<<20), opts.Flow.Dir())
 		}
 		for _, f := range r.Faults {
 			fmt.Printf("  FAULT: %s\n", f)

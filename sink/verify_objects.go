@@ -1,0 +1,99 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// flowObjects are the objects under a flow's directory, split into the
+// global checkpoint objects and the rest.
+type flowObjects struct {
+	checkpoints []string
+	others      []string
+}
+
+func listFlowObjects(ctx context.Context, b Bucket, f Flow) (flowObjects, error) {
+	var objs flowObjects
+	dir := f.Dir()
+	ckptDir := dir + "global_checkpoint/"
+	err := b.Iter(ctx, dir, func(name string) error {
+		if strings.HasPrefix(name, ckptDir) {
+			objs.checkpoints = append(objs.checkpoints, name)
+		} else {
+			objs.others = append(objs.others, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return objs, fmt.Errorf("list %s: %w", dir, err)
+	}
+	return objs, nil
+}
+
+// countUnreferenced counts (into r) the objects among names that neither a
+// meta of o.MetaPaths nor a listed meta of another flow id references;
+// referenced holds the former and their data objects. A meta object of
+// another flow id (a dropped flow of the same name) is looked up in that
+// id's listed metas, once per id.
+func countUnreferenced(ctx context.Context, o VerifyOptions, names []string, referenced map[string]bool, r *VerifyReport) error {
+	listed := map[uint32]map[string]bool{}
+	var garbage []string
+	for _, name := range names {
+		if referenced[name] {
+			continue
+		}
+		if !strings.HasSuffix(name, ".meta") || o.ListedMetas == nil {
+			garbage = append(garbage, name)
+			continue
+		}
+		m, err := readMeta(ctx, o.Bucket, name)
+		if err != nil {
+			if isDataFault(err) {
+				garbage = append(garbage, name) // unreadable: nobody's
+				continue
+			}
+			return err
+		}
+		if m.FlowID == o.Flow.ID {
+			garbage = append(garbage, name) // ours, but not listed
+			continue
+		}
+		set, ok := listed[m.FlowID]
+		if !ok {
+			paths, err := o.ListedMetas(ctx, m.FlowID)
+			if err != nil {
+				return fmt.Errorf("metas of flow %d: %w", m.FlowID, err)
+			}
+			set = map[string]bool{}
+			for _, p := range paths {
+				set[p] = true
+			}
+			listed[m.FlowID] = set
+		}
+		if !set[name] {
+			garbage = append(garbage, name)
+			continue
+		}
+		referenced[name] = true
+		if m.DataPath != "" {
+			referenced[m.DataPath] = true
+		}
+	}
+	for _, name := range garbage {
+		if referenced[name] { // a data object of another flow's meta seen later
+			continue
+		}
+		size, err := o.Bucket.Size(ctx, name)
+		if errors.Is(err, ErrNotExist) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		r.Unreferenced++
+		r.UnreferencedBytes += size
+	}
+	return nil
+}
