@@ -431,3 +431,39 @@ func toAny(ss []string) []any {
 	}
 	return out
 }
+
+// PartitionStart is what a new owner of an apply partition needs to know of
+// the committed position for coverage reports: the highest commit ts of the
+// committed records (0: none) and the committed checkpoint (HasCkpt false:
+// none; Idle: every region had dropped out).
+type PartitionStart struct {
+	MaxTS   uint64
+	Ckpt    uint64
+	HasCkpt bool
+	Idle    bool
+}
+
+// PartitionStart reads maxts and ckpt of a partition.
+func (s *Store) PartitionStart(ctx context.Context, topic string, partition int32) (PartitionStart, error) {
+	k := s.keys
+	vals, err := s.rdb.MGet(ctx, k.MaxTS(topic, partition), k.Ckpt(topic, partition)).Result()
+	if err != nil {
+		return PartitionStart{}, fmt.Errorf("mget maxts and ckpt of %s/%d: %w", topic, partition, err)
+	}
+	var st PartitionStart
+	if v, ok := vals[0].(string); ok {
+		if st.MaxTS, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return st, fmt.Errorf("parse %s = %q: %w", k.MaxTS(topic, partition), v, err)
+		}
+	}
+	if v, ok := vals[1].(string); ok {
+		if v == CkptIdle {
+			st.Idle = true
+		} else if st.Ckpt, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return st, fmt.Errorf("parse %s = %q: %w", k.Ckpt(topic, partition), v, err)
+		} else {
+			st.HasCkpt = true
+		}
+	}
+	return st, nil
+}

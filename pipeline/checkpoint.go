@@ -40,32 +40,40 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	cks, idle, err := c.d.Store.PartitionCheckpointsIdle(ctx, topic, parts)
+	starts, err := f.s.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("list start offsets: %w", err)
+	}
+	// Partitions with readable records: retention may have taken every
+	// record of one before anyone read it, and nothing there can be routed.
+	live := parts[:0:0]
+	for _, p := range parts {
+		start, _ := starts.Lookup(topic, p)
+		end, _ := ends.Lookup(topic, p)
+		if start.Offset < end.Offset {
+			live = append(live, p)
+		}
+	}
+	if n, err := c.d.Store.FinalizeCoverage(ctx, topic, live); err != nil {
+		c.log.Warn("finalizing coverage windows failed; retried next cycle", "err", err)
+	} else if n > 0 {
+		c.log.Info("coverage windows final", "entries", n)
+	}
+	cks, idle, err := c.d.Store.PartitionCheckpointsIdle(ctx, topic, live)
 	if err != nil {
 		return err
 	}
-	var starts kadm.ListedOffsets
 	var global uint64
 	found := false
-	for _, p := range parts {
+	for _, p := range live {
 		if idle[p] {
 			continue
 		}
 		ck, ok := cks[p]
 		if !ok {
-			if starts == nil {
-				if starts, err = f.s.adm.ListStartOffsets(ctx, topic); err == nil {
-					err = starts.Error()
-				}
-				if err != nil {
-					return fmt.Errorf("list start offsets: %w", err)
-				}
-			}
-			start, _ := starts.Lookup(topic, p)
-			end, _ := ends.Lookup(topic, p)
-			if start.Offset >= end.Offset {
-				continue // nothing readable: retention took every record
-			}
 			return nil // a partition with records but no checkpoint yet
 		}
 		if !found || ck < global {

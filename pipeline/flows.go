@@ -53,7 +53,9 @@ func (s *session) observeFlows() (changed bool) {
 		}
 	}
 	c.flowLabels = labels
+	s.captureBoundaries(s.flows.tables, tables, flows)
 	s.flows = flowView{version: v, tables: tables, labels: labels}
+	s.covDirty = true
 	s.reconcileFatal()
 	return changed
 }
@@ -105,4 +107,17 @@ func (c *Consumer) forgetFatal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	clear(c.fatal)
+}
+
+func parseTableSet(sig string) map[uint32]bool {
+	out := map[uint32]bool{}
+	if sig == "" {
+		return out
+	}
+	for _, p := range strings.Split(sig, ",") {
+		if t, err := strconv.ParseUint(p, 10, 32); err == nil {
+			out[uint32(t)] = true
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type partCommit struct {
 	ckpt     uint64
 	hasCkpt  bool
 	idle     bool // no live region: left out of the global checkpoint
+	maxTS    uint64
 	regions  map[uint64]uint64
 }
 
@@ -34,6 +36,10 @@ type cycle struct {
 	files   []*tempFile
 	bytes   int64
 	parts   []partCommit
+	// coverage are the partition reports of pending coverage windows and
+	// covLeases the leases of their partitions.
+	coverage  []meta.CoverageReport
+	covLeases []meta.Lease
 
 	closed  bool
 	flows   []*flowUpload // files grouped by flow, built on the first attempt
@@ -301,14 +307,20 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		commit.Leases = append(commit.Leases, p.lease)
 		commit.Partitions = append(commit.Partitions, meta.PartitionCommit{
 			Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
-			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions,
+			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions, MaxTS: p.maxTS,
 		})
 	}
+	for _, l := range cyc.covLeases {
+		if !slices.ContainsFunc(commit.Leases, func(h meta.Lease) bool { return h.Topic == l.Topic && h.Partition == l.Partition }) {
+			commit.Leases = append(commit.Leases, l)
+		}
+	}
+	commit.Coverage = cyc.coverage
 	for _, fu := range cyc.flows {
 		commit.Metas = append(commit.Metas, meta.MetaRef{FlowID: fu.flow.ID, Path: fu.metaPath, MinResolvedTS: fu.minResolved})
 		commit.Flows = append(commit.Flows, fu.flow.ID)
 	}
-	if len(commit.Partitions) > 0 || len(commit.Metas) > 0 {
+	if len(commit.Partitions) > 0 || len(commit.Metas) > 0 || len(commit.Coverage) > 0 {
 		if err := c.d.Store.Commit(ctx, commit); err != nil {
 			return fmt.Errorf("commit cycle %s: %w", cyc.id, err)
 		}

@@ -88,6 +88,8 @@ type partState struct {
 	frozenIdle bool   // the last cycle had no live region (ckpt idle)
 	regions    map[uint64]*regionState
 	hwm        int64
+	maxTS      uint64 // highest ts of the records handled (and committed before)
+	cov        partCoverage
 }
 
 // checkpoint is the min resolved ts over the partition's regions seen within

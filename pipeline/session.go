@@ -47,6 +47,7 @@ type session struct {
 	flushReq chan chan error
 	stopped  chan struct{}
 	flows    flowView // the consume loop's
+	covDirty bool     // pending coverage entries may await reports
 
 	batch  event.Batch
 	parsed []parsedEvent
@@ -161,7 +162,11 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	}
 	// A drop or replace, applied here or by another replica, ends the
 	// cycle: what was routed under the old definitions goes out alone.
-	if s.observeFlows() {
+	changed := s.observeFlows()
+	if s.covDirty {
+		s.collectCoverage(ctx)
+	}
+	if changed {
 		// What was routed under the old definitions goes out now.
 		s.freeze(triggerDDL)
 	}
@@ -267,6 +272,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			}
 			p.beginTS = w.StartTS
 		}
+		ps.maxTS = max(ps.maxTS, ts)
 		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
 		if p.skip == reasonBadKey {
 			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: table key too short for a table id", i))
@@ -416,10 +422,11 @@ func (s *session) freeze(trigger string) *cycle {
 			regions[id] = r.resolved
 		}
 		cyc.parts = append(cyc.parts, partCommit{
-			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions,
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions, maxTS: ps.maxTS,
 		})
 		ps.cycleFrom = ps.next
 	}
+	s.takeReports(cyc)
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
 	s.fl.enqueue(cyc)
 	return cyc
@@ -447,7 +454,13 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 			return nil, fmt.Errorf("lease %s/%d: %w", c.d.ApplyTopic, p, err)
 		}
 		s.fl.ownKafka(p)
-		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{}}
+		start, err := c.d.Store.PartitionStart(ctx, c.d.ApplyTopic, p)
+		if err != nil {
+			return nil, err
+		}
+		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{},
+			maxTS: start.MaxTS, cov: newPartCoverage(start)}
+		s.covDirty = true
 		known, err := c.d.Store.PartitionRegions(ctx, c.d.ApplyTopic, p)
 		if err != nil {
 			return nil, err
