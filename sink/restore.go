@@ -25,6 +25,12 @@ type RestoreOptions struct {
 	TS uint64
 	// Tables restricts the restore to these table ids; nil means all.
 	Tables map[int64]bool
+	// Windows, when not nil, restricts the restore to these tables and
+	// each table to the events of its coverage window (DESIGN 7): only
+	// events with Since < ts <= Until are read. A put whose default-CF
+	// value was prewritten at or before Since has no value in the backup:
+	// its key is left out and counted in RestoreStats.NoValue.
+	Windows map[int64]TableWindow
 	// OutDir receives <table_id>.jsonl per table, each created afresh
 	// (never through a symbolic link) with mode 0600; OutDir is created with
 	// mode 0700 if missing. A non-empty OutDir fails with ErrOutDirNotEmpty
@@ -54,7 +60,19 @@ type RestoreStats struct {
 	Keys     int64 // live keys written
 	LogBytes int64 // uncompressed chunk bytes read and checked
 	Chunks   int   // chunks read
+	// NoValue counts keys left out because their value was prewritten
+	// before the table's coverage window (see RestoreOptions.Windows).
+	NoValue int64
 }
+
+// TableWindow is the part of a table's coverage window a restore reads:
+// events with Since < ts <= Until (Until already capped at the restore ts).
+type TableWindow struct {
+	Since, Until uint64
+}
+
+// holds reports whether an event at ts is inside w.
+func (w TableWindow) holds(ts uint64) bool { return w.Since < ts && ts <= w.Until }
 
 // Restore rebuilds tables as of o.TS from a flow's backup, as TiKV reads
 // MVCC data: for each key the newest write-CF record with commit ts <= TS,
@@ -116,12 +134,20 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 			tables[id] = true
 		}
 	}
+	for id := range o.Windows {
+		if o.Tables == nil || o.Tables[id] {
+			tables[id] = true // restorable: a file even if empty
+		}
+	}
 	err = readChunks(ctx, o, jobs, func(j chunkJob, key, value []byte) error {
 		_, ts, err := event.SplitDataKey(key)
 		if err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
 		}
 		if ts > o.TS {
+			return nil
+		}
+		if o.Windows != nil && !o.Windows[j.f.TableID].holds(ts) {
 			return nil
 		}
 		if j.f.CF == CFDefault {
@@ -178,6 +204,12 @@ func planChunks(ctx context.Context, o RestoreOptions) ([]chunkJob, error) {
 			}
 			if f.MinTS > o.TS {
 				continue
+			}
+			if o.Windows != nil {
+				w, ok := o.Windows[f.TableID]
+				if !ok || f.MaxTS <= w.Since || f.MinTS > w.Until {
+					continue // no event of the chunk is inside the window
+				}
 			}
 			f.StartKey, f.EndKey = "", "" // not needed: hold less per chunk
 			jobs = append(jobs, chunkJob{path: m.DataPath, index: i, f: f})
@@ -311,6 +343,10 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64
 			}
 			if !dok || !bytes.Equal(dkey, lookup) {
 				tid, _ := event.TableIDOfRaw(appendRaw(nil, encoded))
+				if win, ok := o.Windows[tid]; ok && w.StartTS <= win.Since {
+					st.NoValue++ // prewritten before the window: not backed up
+					continue
+				}
 				return fmt.Errorf("restore: table %d: put at commit ts %d has no short value and no default-CF entry at start ts %d", tid, commitTS, w.StartTS)
 			}
 			val = dval

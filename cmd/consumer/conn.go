@@ -95,6 +95,8 @@ type flowStore interface {
 	FlowInfo(ctx context.Context, id meta.FlowID) (meta.FlowInfo, bool, error)
 	FlowState(ctx context.Context, id meta.FlowID) (meta.FlowState, error)
 	Metas(ctx context.Context, id meta.FlowID) ([]meta.MetaRef, error)
+	Windows(ctx context.Context, id meta.FlowID) (map[uint32]meta.Window, []meta.Window, error)
+	PendingCoverage(ctx context.Context) ([]meta.PendingFlow, error)
 }
 
 // listMetas sets ref.Metas to the flow's committed meta paths. A restore

@@ -87,6 +87,7 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	openWindows(t, e.store, lease)
 	for i, c := range cycles {
 		c.Prefix, c.Catalog, c.Flow, c.FlowID, c.CycleID = "pre", "default", "f", 1, fmt.Sprintf("c%d", i)
 		m, path := sinktest.WriteCycle(t, b, c)

@@ -116,9 +116,13 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	if cfg.TS.form != "" {
 		fmt.Printf("--ts %s\n", cfg.TS.describe())
 	}
+	windows, err := restorableTables(ctx, st, ref, tables, ts)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	stats, err := sink.Restore(ctx, sink.RestoreOptions{
-		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables,
+		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables, Windows: windows,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
 	})
 	var nd *sink.NoDataError
@@ -138,6 +142,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	fmt.Printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", ref.Catalog, ref.Name, ref.ID, ts, tsTime(ts), cfg.Out)
 	fmt.Printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, len(ref.Metas), mb, secs, mb/max(secs, 1e-9))
+	if stats.NoValue > 0 {
+		fmt.Printf("%d keys left out: their value was prewritten before their table's coverage window began, so the backup does not hold it\n", stats.NoValue)
+	}
 	return nil
 }
 

@@ -100,6 +100,7 @@ func newTimedEnv(t *testing.T) *timedEnv {
 	if e.lease, err = e.store.AcquireLease(ctx, "flowlog.apply", 0, "member-1"); err != nil {
 		t.Fatal(err)
 	}
+	openWindows(t, e.store, e.lease)
 	e.commit(t, 10*time.Minute, sinktest.WritePut(1, 1, e.ts(4*time.Minute), e.ts(5*time.Minute), []byte("early"), true),
 		sinktest.WritePut(2, 9, e.ts(5*time.Minute), e.ts(6*time.Minute), []byte("nine"), true))
 	e.commit(t, 50*time.Minute, sinktest.WritePut(1, 1, e.ts(47*time.Minute), e.ts(48*time.Minute), []byte("late"), true))
