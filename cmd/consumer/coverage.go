@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -111,4 +112,19 @@ func windowString(w meta.Window) string {
 		until = strconv.FormatUint(*w.Until, 10)
 	}
 	return fmt.Sprintf("[%d, %s]", w.Since, until)
+}
+
+// flowWindows lists every coverage window of flow id, by table, oldest
+// first.
+func flowWindows(ctx context.Context, st flowStore, id meta.FlowID) ([]meta.Window, error) {
+	cur, hist, err := st.Windows(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]meta.Window{}, hist...)
+	for _, w := range cur {
+		out = append(out, w)
+	}
+	slices.SortStableFunc(out, func(a, b meta.Window) int { return cmp.Compare(a.TableID, b.TableID) })
+	return out, nil
 }

@@ -102,6 +102,19 @@ func TestRestoreWithinCoverageWindows(t *testing.T) {
 		t.Errorf("table 1 at the checkpoint = %v, want %v", got, late)
 	}
 
+	vout, err := capture(t, func() error { return runVerify(ctx, e.args("--flow", "f")) })
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, vout)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("table 1: coverage window [%d, now]", e.ts(5*time.Minute)),
+		fmt.Sprintf("table 2: coverage window [0, %d]", e.ts(5*time.Minute+30*time.Second)),
+	} {
+		if !strings.Contains(vout, want) {
+			t.Errorf("verify does not show %q:\n%s", want, vout)
+		}
+	}
+
 	// Close table 1's window too: at 30m nothing is restorable, and the
 	// restore says so and fails.
 	if err := rdb.HSet(ctx, "flowlog:{flowlog}:coverage:1", "1", fmt.Sprintf(`{"since":%d,"until":%d}`, e.ts(5*time.Minute), e.ts(10*time.Minute))).Err(); err != nil {

@@ -58,14 +58,20 @@ func runVerify(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	windows, err := flowWindows(ctx, st, ref.ID)
+	if err != nil {
+		return err
+	}
 	out := struct {
 		FlowID  uint32 `json:"flow_id"`
 		Catalog string `json:"catalog"`
 		Flow    string `json:"flow"`
 		Dropped bool   `json:"dropped"`
 		OK      bool   `json:"ok"`
+		// Windows are the tables' coverage windows, oldest first.
+		Windows []meta.Window `json:"windows"`
 		sink.VerifyReport
-	}{ref.ID, ref.Catalog, ref.Name, ref.Dropped, r.OK(), r}
+	}{ref.ID, ref.Catalog, ref.Name, ref.Dropped, r.OK(), windows, r}
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -75,6 +81,12 @@ func runVerify(ctx context.Context, args []string) error {
 	} else {
 		fmt.Printf("flow %s/%s (id %d)%s\n", ref.Catalog, ref.Name, ref.ID, map[bool]string{true: " [dropped]"}[ref.Dropped])
 		fmt.Printf("  metas %d, data objects %d, chunks checked %d (%.1f MiB)\n", r.Metas, r.DataObjects, r.Chunks, float64(r.ChunkBytes)/(1<<20))
+		for _, w := range windows {
+			fmt.Printf("  table %d: coverage window %s\n", w.TableID, windowString(w))
+		}
+		if len(windows) == 0 {
+			fmt.Println("  no coverage window yet: nothing is restorable")
+		}
 		if r.CheckpointObject != "" {
 			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
 		}
