@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -48,12 +49,12 @@ type flowDDL struct {
 
 // runFlow is `producer flow <op> [flags]`.
 func runFlow(ctx context.Context, args []string) error {
-	return publishFlow(ctx, args, os.Stdout)
+	return publishFlow(ctx, args, os.Stdout, os.Stderr)
 }
 
 // publishFlow parses args, publishes the DDL and reports where it landed
-// on out.
-func publishFlow(ctx context.Context, args []string, out io.Writer) error {
+// on out; progress notes (a broker slow to answer) go to stderr.
+func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("producer flow", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), flowUsage, "\nflags:\n")
@@ -65,7 +66,9 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 		name, catalog, sink, tables, comment, sql, routes string
 		ifNotExists                                       bool
 		flowID                                            *uint32
+		timeout                                           time.Duration
 	)
+	addTimeoutFlag(fs, &timeout)
 	fs.StringVar(&name, "name", "", "flow name, [A-Za-z0-9_-]{1,128} (required)")
 	fs.StringVar(&catalog, "catalog", meta.DefaultCatalog, "catalog of the flow")
 	fs.StringVar(&tables, "tables", "", "source table ids, comma separated (create, replace)")
@@ -109,11 +112,14 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 	if err := kc.Validate(); err != nil {
 		return err
 	}
+	if timeout < 0 {
+		return fmt.Errorf("--timeout %v: must not be negative", timeout)
+	}
 	value, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("encode flow ddl: %w", err)
 	}
-	cl, err := newProducer(&kc)
+	cl, err := newProducer(&kc, timeout, stderr)
 	if err != nil {
 		return err
 	}
@@ -124,10 +130,11 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 		Value:   value,
 		Headers: []kgo.RecordHeader{{Key: event.HeaderContentType, Value: []byte("application/json")}},
 	}
-	got, err := cl.ProduceSync(ctx, rec).First()
+	acked, err := cl.publishSync(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("publish %s of %s/%s to %s: %w", op, catalog, name, kc.DDLTopic, err)
 	}
+	got := acked[0]
 	fmt.Fprintf(out, "published %s %s/%s at partition %d offset %d\n", op, catalog, name, got.Partition, got.Offset)
 	return nil
 }
