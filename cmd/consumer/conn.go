@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
+
+	"cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/storage"
 
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
@@ -16,12 +20,15 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// connConfig is how every consumer command reaches Kafka, Redis and GCS.
+// connConfig is how every consumer command reaches Kafka, Redis, GCS and
+// a running consumer's HTTP server. Every command registers all of it, so
+// one set of flags or FLOWLOG_* variables serves them all.
 type connConfig struct {
-	Kafka kafkaconf.Config
-	Redis meta.Config
-	GCS   gcs.Config
-	Group string
+	Kafka    kafkaconf.Config
+	Redis    meta.Config
+	GCS      gcs.Config
+	Group    string
+	HTTPAddr string
 }
 
 // RegisterFlags registers the connection flags on f.
@@ -30,6 +37,8 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 	c.Redis.RegisterFlags(f)
 	c.GCS.RegisterFlags(f)
 	f.StringVar(&c.Group, "group", "flowlog", "Kafka consumer group; also names the global_checkpoint object")
+	f.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080",
+		"the consumer's HTTP address: run serves /metrics, /healthz, /readyz, /status and POST /flush there, status reads its /status (empty: off)")
 }
 
 // Validate reports every problem, one per line.
@@ -42,20 +51,25 @@ func (c *connConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// openStore connects to Redis. The store has no metrics registry: operator
-// commands are short-lived.
 // parseOpen parses args into fs (where c's flags are registered), validates
 // c and opens the metadata store: the start of every operator command.
+// Positional arguments are refused.
 func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, func(), error) {
-	if err := cli.Parse(fs, args); err != nil {
+	src, err := cli.ParseSources(fs, args)
+	if err != nil {
 		return nil, nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, nil, cli.Usagef("unexpected arguments %q", fs.Args())
+	}
 	if err := c.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("invalid configuration:\n%w", err)
+		return nil, nil, fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
 	}
 	return c.openStore()
 }
 
+// openStore connects to Redis. The store has no metrics registry: operator
+// commands are short-lived.
 func (c *connConfig) openStore() (*meta.Store, func(), error) {
 	rdb, err := c.Redis.NewClient()
 	if err != nil {
@@ -66,6 +80,9 @@ func (c *connConfig) openStore() (*meta.Store, func(), error) {
 
 // openBucket connects to the GCS bucket.
 func (c *connConfig) openBucket(ctx context.Context) (sink.Bucket, error) {
+	if err := checkGCSCredentials(c.GCS); err != nil {
+		return nil, err
+	}
 	b, err := gcs.New(ctx, c.GCS)
 	if err != nil {
 		return nil, err
@@ -175,4 +192,22 @@ func checkpoint(ctx context.Context, st *meta.Store, b sink.Bucket, c *connConfi
 		return 0, fmt.Errorf("checkpoint of dropped flow %d: %w", ref.ID, err)
 	}
 	return sink.DecodeCheckpoint(raw)
+}
+
+// errNoGCS is the one-line answer to a command that would talk to real GCS
+// without credentials: the first thing a newcomer who runs `consumer` sees.
+var errNoGCS = errors.New("no GCS configured: set --gcs-endpoint (or STORAGE_EMULATOR_HOST) for an emulator, " +
+	"or Google credentials (GOOGLE_APPLICATION_CREDENTIALS) for GCS; 'consumer dev' runs everything locally")
+
+// checkGCSCredentials returns errNoGCS when c names real GCS (no endpoint,
+// no STORAGE_EMULATOR_HOST) and the standard credential search finds
+// nothing, before the GCS client fails with a longer message.
+func checkGCSCredentials(c gcs.Config) error {
+	if c.Endpoint != "" || os.Getenv("STORAGE_EMULATOR_HOST") != "" {
+		return nil
+	}
+	if _, err := credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{storage.ScopeReadWrite}}); err != nil {
+		return errNoGCS
+	}
+	return nil
 }

@@ -98,10 +98,10 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 	// flags that follow it (they override the environment, as flags do).
 	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
 		if op != "" {
-			return fmt.Errorf("unexpected arguments %q", rest)
+			return cli.Usagef("unexpected arguments %q", rest)
 		}
 		op = rest[0]
-		if err := fs.Parse(rest[1:]); err != nil {
+		if err := cli.Parse(fs, rest[1:]); err != nil {
 			return err
 		}
 	}

@@ -153,3 +153,33 @@ func TestFastBrokerIsNotAnnounced(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestCommandLineErrors is issue 11.4: a typo or a bad value is one line
+// with a pointer to the command's -h.
+func TestCommandLineErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"load", "--evnts", "3"}, nil, "producer load: flag provided but not defined: -evnts (run 'producer load -h' for help)"},
+		{[]string{"load", "--events", "many"}, nil, `producer load: invalid value "many" for flag -events: parse error (run 'producer load -h' for help)`},
+		{[]string{"load", "extra"}, nil, "producer load: unexpected arguments: extra (run 'producer load -h' for help)"},
+		{[]string{"flow", "create", "--name", "f", "--tables", "1", "--tabels", "2"}, nil,
+			"producer flow: flag provided but not defined: -tabels (run 'producer flow -h' for help)"},
+		{[]string{"heartbeat", "--regions", "x"}, nil, "(run 'producer heartbeat -h' for help)"},
+		{[]string{"heartbeat"}, []string{"FLOWLOG_TIMEOUT=soon"}, `producer heartbeat: invalid environment: FLOWLOG_TIMEOUT="soon": invalid value for --timeout`},
+		{[]string{"lod"}, nil, `producer: unknown command "lod" (run 'producer help' for the list)`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runProducer(t, 10*time.Second, tc.env, tc.args...)
+			if r.code != 2 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", r.code, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
+	r := runProducer(t, 10*time.Second, nil, "help", "flow")
+	if r.code != 0 || !strings.Contains(r.stderr, "usage: producer flow") {
+		t.Errorf("help flow: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
