@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/auth/credentials"
 	"cloud.google.com/go/storage"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
@@ -75,7 +78,43 @@ func (c *connConfig) openStore() (*meta.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
+	if err := pingRedis(context.Background(), rdb, c.Redis.URL); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
 	return meta.NewStore(rdb, c.Redis.Prefix, nil), func() { rdb.Close() }, nil
+}
+
+// redisAnswerTimeout bounds the first command a command sends to Redis.
+const redisAnswerTimeout = 5 * time.Second
+
+// pingRedis checks that Redis at url answers, so that an unreachable or
+// silent Redis is reported once, naming its address (password redacted),
+// instead of as the failure of whatever command came first.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, redisAnswerTimeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("redis at %s did not answer within %v: %w", cli.RedactURL(url), redisAnswerTimeout, err)
+	}
+	return fmt.Errorf("redis at %s: %w", cli.RedactURL(url), err)
+}
+
+// redisLog is go-redis's logger (redis.SetLogger): its own lines (a pool
+// that failed to dial, and the like) go to log at warn level, or nowhere
+// when log is nil, instead of unstructured lines on stderr. The failures
+// that matter reach the caller as errors anyway.
+type redisLog struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal.Logging.
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	if r.log != nil {
+		r.log.WarnContext(ctx, "redis client: "+strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
+	}
 }
 
 // openBucket connects to the GCS bucket.

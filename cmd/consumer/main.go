@@ -15,6 +15,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flowlog/flowlog/internal/cli"
 )
 
@@ -49,6 +51,7 @@ var commands = map[string]func(context.Context, []string) error{
 // run runs the command of args and returns the exit code: 0, 1 for a
 // failure, 2 for a bad command line.
 func run(args []string) int {
+	redis.SetLogger(redisLog{}) // run and dev route it to their logger
 	cmd := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]

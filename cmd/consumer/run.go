@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -79,9 +80,23 @@ func runRun(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(cfg.LogFormat)
+	redis.SetLogger(redisLog{log: log})
 	ctx, stop := signalContext(ctx, log)
 	defer stop()
+	if err := checkRedis(ctx, cfg.conn.Redis); err != nil {
+		return err
+	}
 	return serve(ctx, cfg, log, nil)
+}
+
+// checkRedis fails at start, naming Redis's address, if it does not answer.
+func checkRedis(ctx context.Context, c meta.Config) error {
+	rdb, err := c.NewClient()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer rdb.Close()
+	return pingRedis(ctx, rdb, c.URL)
 }
 
 func newLogger(format string) *slog.Logger {
