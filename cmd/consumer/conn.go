@@ -47,11 +47,23 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 // Validate reports every problem, one per line.
 func (c *connConfig) Validate() error {
 	var errs []error
-	errs = append(errs, c.Kafka.Validate(), c.Redis.Validate(), c.GCS.Validate())
+	errs = append(errs, c.Kafka.Validate(), validateRedis(c.Redis), c.GCS.Validate())
 	if c.Group == "" {
 		errs = append(errs, errors.New("--group: must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// validateRedis is c.Validate without the password: a --redis-url that
+// does not parse is reported redacted (url.Parse's own error quotes the
+// whole URL).
+func validateRedis(c meta.Config) error {
+	if err := cli.CheckURL("--redis-url", c.URL); err != nil {
+		rest := c // the other settings still get checked
+		rest.URL, rest.Cluster = meta.DefaultURL, false
+		return errors.Join(err, rest.Validate())
+	}
+	return c.Validate()
 }
 
 // parseOpen parses args into fs (where c's flags are registered), validates

@@ -104,7 +104,7 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	log.Info("dev: embedded services up", "kafka", cfg.run.conn.Kafka.Brokers, "gcs", gcsSrv.URL(),
-		"bucket", cfg.run.conn.GCS.Bucket, "redis", cfg.run.conn.Redis.URL, "data_dir", dir)
+		"bucket", cfg.run.conn.GCS.Bucket, "redis", cli.RedactURL(cfg.run.conn.Redis.URL), "data_dir", dir)
 
 	gen, err := devLoad(ctx, cfg)
 	if err != nil {
@@ -195,7 +195,7 @@ func devRedis(ctx context.Context, rc *meta.Config, dir string, log *slog.Logger
 				time.Sleep(50 * time.Millisecond)
 			}
 			probe.Close()
-			log.Warn("!!! Redis at --redis-url is not reachable: started a private redis-server for this dev run; its data lives in "+rdir, "redis_url_tried", rc.URL, "addr", addr)
+			log.Warn("!!! Redis at --redis-url is not reachable: started a private redis-server for this dev run; its data lives in "+rdir, "redis_url_tried", cli.RedactURL(rc.URL), "addr", addr)
 			rc.URL = "redis://" + addr + "/0"
 			return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
 		}
@@ -204,7 +204,7 @@ func devRedis(ctx context.Context, rc *meta.Config, dir string, log *slog.Logger
 	if err := mr.StartAddr(addr); err != nil {
 		return nil, fmt.Errorf("start embedded redis: %w", err)
 	}
-	log.Warn("!!! Redis at --redis-url is not reachable and redis-server is not installed: using an EMBEDDED IN-MEMORY Redis emulator for this dev run only; metadata is lost on exit", "redis_url_tried", rc.URL)
+	log.Warn("!!! Redis at --redis-url is not reachable and redis-server is not installed: using an EMBEDDED IN-MEMORY Redis emulator for this dev run only; metadata is lost on exit", "redis_url_tried", cli.RedactURL(rc.URL))
 	rc.URL = "redis://" + addr + "/0"
 	return mr.Close, nil
 }

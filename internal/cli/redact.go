@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 )
@@ -48,6 +49,16 @@ func URLProblem(raw string) string {
 		msg = strings.Join(parts, `"`)
 	}
 	return msg
+}
+
+// CheckURL returns nil if raw parses as a URL, else an error for flag
+// ("--redis-url") that shows raw redacted: url.Parse's own error quotes
+// the whole URL, password included.
+func CheckURL(flag, raw string) error {
+	if p := URLProblem(raw); p != "" {
+		return fmt.Errorf("%s %s: not a valid URL: %s", flag, RedactURL(raw), p)
+	}
+	return nil
 }
 
 // splitUserInfo splits raw around its user info: the text between "://"

@@ -34,3 +34,14 @@ func TestRedactURL(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckURL(t *testing.T) {
+	if err := cli.CheckURL("--redis-url", "redis://:pw@h:1/0"); err != nil {
+		t.Fatalf("CheckURL(valid) = %v", err)
+	}
+	err := cli.CheckURL("--redis-url", "redis://:pw%zz@h:1/0")
+	want := `--redis-url redis://:xxxxx@h:1/0: not a valid URL: invalid URL escape "xxxxx"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("CheckURL = %v, want %s", err, want)
+	}
+}
