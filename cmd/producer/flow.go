@@ -24,6 +24,8 @@ const flowUsage = `usage: producer flow create|replace|drop|resume --name F [--t
 
 Publishes one FlowDDL JSON record to the DDL topic (keyed by the flow name).
 create and replace need --tables; drop and resume need only --name.
+With --wait it then waits until a consumer applied or rejected it (reading
+ddl:offset in Redis at --redis-url, and the DLQ) and exits 1 on a rejection.
 `
 
 // flowSpec is the FlowInfo part of a FlowDDL record; the consumer sets
@@ -66,9 +68,14 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 		name, catalog, sink, tables, comment, sql, routes string
 		ifNotExists                                       bool
 		flowID                                            *uint32
-		timeout                                           time.Duration
+		timeout, waitTimeout                              time.Duration
+		wait                                              bool
+		rc                                                meta.Config
 	)
 	addTimeoutFlag(fs, &timeout)
+	fs.BoolVar(&wait, "wait", false, "wait until a consumer applied or rejected the DDL (needs --redis-url); exit 1 if rejected")
+	fs.DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "with --wait, how long to wait for a consumer")
+	rc.RegisterFlags(fs)
 	fs.StringVar(&name, "name", "", "flow name, [A-Za-z0-9_-]{1,128} (required)")
 	fs.StringVar(&catalog, "catalog", meta.DefaultCatalog, "catalog of the flow")
 	fs.StringVar(&tables, "tables", "", "source table ids, comma separated (create, replace)")
@@ -115,6 +122,17 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 	if timeout < 0 {
 		return fmt.Errorf("--timeout %v: must not be negative", timeout)
 	}
+	if wait {
+		if err := cli.CheckURL("--redis-url", rc.URL); err != nil {
+			return err
+		}
+		if err := rc.Validate(); err != nil {
+			return err
+		}
+		if waitTimeout <= 0 {
+			return fmt.Errorf("--wait-timeout %v: must be positive", waitTimeout)
+		}
+	}
 	value, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("encode flow ddl: %w", err)
@@ -124,6 +142,13 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 		return err
 	}
 	defer cl.Close()
+	var waiter *ddlWaiter
+	if wait {
+		if waiter, err = newDDLWaiter(ctx, kc, rc, cl.Client, waitTimeout); err != nil {
+			return err
+		}
+		defer waiter.Close()
+	}
 	rec := &kgo.Record{
 		Topic:   kc.DDLTopic,
 		Key:     []byte(name),
@@ -136,6 +161,17 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 	}
 	got := acked[0]
 	fmt.Fprintf(out, "published %s %s/%s at partition %d offset %d\n", op, catalog, name, got.Partition, got.Offset)
+	if waiter == nil {
+		return nil
+	}
+	if err := waiter.wait(ctx, got, stderr); err != nil {
+		if errors.Is(err, ErrRejected) {
+			fmt.Fprintf(out, "rejected %s %s/%s\n", op, catalog, name)
+			return fmt.Errorf("%s of %s/%s %w", op, catalog, name, err)
+		}
+		return err
+	}
+	fmt.Fprintf(out, "applied %s %s/%s%s\n", op, catalog, name, waiter.flowIDText(ctx, catalog, name))
 	return nil
 }
 
