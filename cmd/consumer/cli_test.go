@@ -28,7 +28,6 @@ func TestCommandLineErrors(t *testing.T) {
 		{"typo in status", []string{"status", "--x"}, nil, 2, []string{"(run 'consumer status -h' for help)"}},
 		{"typo in restore", []string{"restore", "--x"}, nil, 2, []string{"(run 'consumer restore -h' for help)"}},
 		{"typo in verify", []string{"verify", "--x"}, nil, 2, []string{"(run 'consumer verify -h' for help)"}},
-		{"typo in dev", []string{"dev", "--x"}, nil, 2, []string{"(run 'consumer dev -h' for help)"}},
 		{"bad value", []string{"flows", "--json=maybe"}, nil, 2,
 			[]string{`consumer flows: invalid boolean value "maybe" for -json: parse error (run 'consumer flows -h' for help)`}},
 		{"stray argument", []string{"flows", "extra"}, nil, 2, []string{`unexpected arguments ["extra"] (run 'consumer flows -h' for help)`}},

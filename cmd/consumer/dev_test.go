@@ -233,3 +233,32 @@ func TestDevFlags(t *testing.T) {
 		t.Errorf("dev made its own temp dir despite --temp-dir: %v", err)
 	}
 }
+
+// TestDevRedactsRedisURL is issue 13.7: dev logs the Redis URL it tried
+// with the password redacted.
+func TestDevRedactsRedisURL(t *testing.T) {
+	const secret = "s3cret"
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://:" + secret + "@" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
+	r := runConsumer(t, 3*time.Minute, nil, "dev", "--data-dir", t.TempDir(), "--events", "200", "--redis-url", url)
+	if r.code != 0 {
+		t.Fatalf("dev: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "redis://:xxxxx@127.0.0.1:"+strconv.Itoa(port)) {
+		t.Errorf("dev does not log the URL it tried, redacted:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("dev output leaks the Redis password:\n%s%s", r.stdout, r.stderr)
+	}
+}
+
+// TestDevTypo: dev's command-line errors are one line too.
+func TestDevTypo(t *testing.T) {
+	r := runConsumer(t, 10*time.Second, nil, "dev", "--x")
+	if r.code != 2 || r.stderr != "consumer dev: flag provided but not defined: -x (run 'consumer dev -h' for help)\n" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
