@@ -6,8 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"os"
 	"strings"
+	"time"
+
+	"cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/storage"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
@@ -16,12 +23,15 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// connConfig is how every consumer command reaches Kafka, Redis and GCS.
+// connConfig is how every consumer command reaches Kafka, Redis, GCS and
+// a running consumer's HTTP server. Every command registers all of it, so
+// one set of flags or FLOWLOG_* variables serves them all.
 type connConfig struct {
-	Kafka kafkaconf.Config
-	Redis meta.Config
-	GCS   gcs.Config
-	Group string
+	Kafka    kafkaconf.Config
+	Redis    meta.Config
+	GCS      gcs.Config
+	Group    string
+	HTTPAddr string
 }
 
 // RegisterFlags registers the connection flags on f.
@@ -30,42 +40,100 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 	c.Redis.RegisterFlags(f)
 	c.GCS.RegisterFlags(f)
 	f.StringVar(&c.Group, "group", "flowlog", "Kafka consumer group; also names the global_checkpoint object")
+	f.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080",
+		"the consumer's HTTP address: run serves /metrics, /healthz, /readyz, /status and POST /flush there, status reads its /status (empty: off)")
 }
 
 // Validate reports every problem, one per line.
 func (c *connConfig) Validate() error {
 	var errs []error
-	errs = append(errs, c.Kafka.Validate(), c.Redis.Validate(), c.GCS.Validate())
+	errs = append(errs, c.Kafka.Validate(), validateRedis(c.Redis), c.GCS.Validate())
 	if c.Group == "" {
 		errs = append(errs, errors.New("--group: must not be empty"))
 	}
 	return errors.Join(errs...)
 }
 
-// openStore connects to Redis. The store has no metrics registry: operator
-// commands are short-lived.
+// validateRedis is c.Validate without the password: a --redis-url that
+// does not parse is reported redacted (url.Parse's own error quotes the
+// whole URL).
+func validateRedis(c meta.Config) error {
+	if err := cli.CheckURL("--redis-url", c.URL); err != nil {
+		rest := c // the other settings still get checked
+		rest.URL, rest.Cluster = meta.DefaultURL, false
+		return errors.Join(err, rest.Validate())
+	}
+	return c.Validate()
+}
+
 // parseOpen parses args into fs (where c's flags are registered), validates
 // c and opens the metadata store: the start of every operator command.
+// Positional arguments are refused.
 func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, func(), error) {
-	if err := cli.Parse(fs, args); err != nil {
+	src, err := cli.ParseSources(fs, args)
+	if err != nil {
 		return nil, nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, nil, cli.Usagef("unexpected arguments %q", fs.Args())
+	}
 	if err := c.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("invalid configuration:\n%w", err)
+		return nil, nil, fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
 	}
 	return c.openStore()
 }
 
+// openStore connects to Redis. The store has no metrics registry: operator
+// commands are short-lived.
 func (c *connConfig) openStore() (*meta.Store, func(), error) {
 	rdb, err := c.Redis.NewClient()
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
+	if err := pingRedis(context.Background(), rdb, c.Redis.URL); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
 	return meta.NewStore(rdb, c.Redis.Prefix, nil), func() { rdb.Close() }, nil
+}
+
+// redisAnswerTimeout bounds the first command a command sends to Redis.
+const redisAnswerTimeout = 5 * time.Second
+
+// pingRedis checks that Redis at url answers, so that an unreachable or
+// silent Redis is reported once, naming its address (password redacted),
+// instead of as the failure of whatever command came first.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, redisAnswerTimeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("redis at %s did not answer within %v: %w", cli.RedactURL(url), redisAnswerTimeout, err)
+	}
+	return fmt.Errorf("redis at %s: %w", cli.RedactURL(url), err)
+}
+
+// redisLog is go-redis's logger (redis.SetLogger): its own lines (a pool
+// that failed to dial, and the like) go to log at warn level, or nowhere
+// when log is nil, instead of unstructured lines on stderr. The failures
+// that matter reach the caller as errors anyway.
+type redisLog struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal.Logging.
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	if r.log != nil {
+		r.log.WarnContext(ctx, "redis client: "+strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
+	}
 }
 
 // openBucket connects to the GCS bucket.
 func (c *connConfig) openBucket(ctx context.Context) (sink.Bucket, error) {
+	if err := checkGCSCredentials(c.GCS); err != nil {
+		return nil, err
+	}
 	b, err := gcs.New(ctx, c.GCS)
 	if err != nil {
 		return nil, err
@@ -203,4 +271,22 @@ func checkpoint(ctx context.Context, st flowStore, b sink.Bucket, c *connConfig,
 		return 0, fmt.Errorf("checkpoint of dropped flow %d: %w", ref.ID, err)
 	}
 	return sink.DecodeCheckpoint(raw)
+}
+
+// errNoGCS is the one-line answer to a command that would talk to real GCS
+// without credentials: the first thing a newcomer who runs `consumer` sees.
+var errNoGCS = errors.New("no GCS configured: set --gcs-endpoint (or STORAGE_EMULATOR_HOST) for an emulator, " +
+	"or Google credentials (GOOGLE_APPLICATION_CREDENTIALS) for GCS; 'consumer dev' runs everything locally")
+
+// checkGCSCredentials returns errNoGCS when c names real GCS (no endpoint,
+// no STORAGE_EMULATOR_HOST) and the standard credential search finds
+// nothing, before the GCS client fails with a longer message.
+func checkGCSCredentials(c gcs.Config) error {
+	if c.Endpoint != "" || os.Getenv("STORAGE_EMULATOR_HOST") != "" {
+		return nil
+	}
+	if _, err := credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{storage.ScopeReadWrite}}); err != nil {
+		return errNoGCS
+	}
+	return nil
 }

@@ -14,6 +14,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowlog/flowlog/internal/cli"
 )
 
 const usage = `usage: consumer [command] [flags]
@@ -31,40 +35,70 @@ Run "consumer <command> -h" for a command's flags.
 `
 
 func main() {
-	args := os.Args[1:]
+	os.Exit(run(os.Args[1:]))
+}
+
+// commands are the subcommands by name.
+var commands = map[string]func(context.Context, []string) error{
+	"run":     runRun,
+	"dev":     runDev,
+	"restore": runRestore,
+	"verify":  runVerify,
+	"flows":   runFlows,
+	"status":  runStatus,
+}
+
+// run runs the command of args and returns the exit code: 0, 1 for a
+// failure, 2 for a bad command line.
+func run(args []string) int {
+	redis.SetLogger(redisLog{}) // run and dev route it to their logger
 	cmd := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && isHelp(args[0]) {
+		cmd, args = "help", args[1:]
 	}
-	run, ok := map[string]func(context.Context, []string) error{
-		"run":     runRun,
-		"dev":     runDev,
-		"restore": runRestore,
-		"verify":  runVerify,
-		"flows":   runFlows,
-		"status":  runStatus,
-	}[cmd]
-	if !ok {
-		if cmd == "help" {
+	if cmd == "help" {
+		// "consumer help" lists the commands; "consumer help C" is C -h.
+		if len(args) == 0 {
 			fmt.Print(usage)
-			return
+			return 0
 		}
-		fmt.Fprintf(os.Stderr, "consumer: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		cmd, args = args[0], []string{"-h"}
 	}
-	err := run(context.Background(), args)
-	var exit exitError
+	fn, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "consumer: unknown command %q (run 'consumer help' for the list)\n", cmd)
+		return 2
+	}
+	err := fn(context.Background(), args)
+	var (
+		exit  exitError
+		usage *cli.UsageError
+	)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.As(err, &exit):
 		if exit.msg != "" {
 			fmt.Fprintln(os.Stderr, exit.msg)
 		}
-		os.Exit(exit.code)
-	default:
-		fmt.Fprintf(os.Stderr, "consumer %s: %v\n", cmd, err)
-		os.Exit(1)
+		return exit.code
+	case errors.As(err, &usage):
+		fmt.Fprintf(os.Stderr, "consumer %s: %v (run 'consumer %s -h' for help)\n", cmd, err, cmd)
+		return 2
 	}
+	fmt.Fprintf(os.Stderr, "consumer %s: %v\n", cmd, err)
+	return 1
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 // exitError makes main exit with code after printing msg (if any), for

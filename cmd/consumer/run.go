@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -31,7 +32,6 @@ import (
 type runConfig struct {
 	conn       connConfig
 	pipe       pipeline.Config
-	HTTPAddr   string
 	LogFormat  string
 	RedactLogs bool
 }
@@ -39,14 +39,22 @@ type runConfig struct {
 func (c *runConfig) RegisterFlags(f *flag.FlagSet) {
 	c.conn.RegisterFlags(f)
 	c.pipe.RegisterFlags(f)
-	f.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz, /readyz, /status and POST /flush (empty: off)")
 	f.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	f.BoolVar(&c.RedactLogs, "redact-logs", true, "keep record keys and values out of logs")
 }
 
+// minFlushSize is the smallest --flush-size: below it every few records
+// would make a flush cycle of their own (pipeline.Config only requires a
+// positive size).
+const minFlushSize = 64 << 10
+
+// Validate reports every problem, one per line.
 func (c *runConfig) Validate() error {
 	var errs []error
 	errs = append(errs, c.conn.Validate(), c.pipe.Validate())
+	if c.pipe.FlushSize > 0 && c.pipe.FlushSize < minFlushSize {
+		errs = append(errs, fmt.Errorf("--flush-size: %d bytes is below the minimum of 64KiB", int64(c.pipe.FlushSize)))
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format: %q is neither json nor text", c.LogFormat))
 	}
@@ -58,16 +66,37 @@ func runRun(ctx context.Context, args []string) error {
 	var cfg runConfig
 	cfg.RegisterFlags(fs)
 	badValues := setupRunFlags(fs)
-	if err := cli.Parse(fs, args); err != nil {
+	src, err := cli.ParseSources(fs, args)
+	if err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("unexpected arguments %q", fs.Args())
+	}
 	if err := errors.Join(badValues(), cfg.Validate()); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		return fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
+	}
+	if err := checkGCSCredentials(cfg.conn.GCS); err != nil {
+		return err
 	}
 	log := newLogger(cfg.LogFormat)
+	redis.SetLogger(redisLog{log: log})
 	ctx, stop := signalContext(ctx, log)
 	defer stop()
+	if err := checkRedis(ctx, cfg.conn.Redis); err != nil {
+		return err
+	}
 	return serve(ctx, cfg, log, nil)
+}
+
+// checkRedis fails at start, naming Redis's address, if it does not answer.
+func checkRedis(ctx context.Context, c meta.Config) error {
+	rdb, err := c.NewClient()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer rdb.Close()
+	return pingRedis(ctx, rdb, c.URL)
 }
 
 func newLogger(format string) *slog.Logger {
@@ -173,8 +202,8 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return nil
 	}
 	var srv *http.Server
-	if cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if cfg.conn.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.conn.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}

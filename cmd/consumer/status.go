@@ -40,12 +40,10 @@ type statusReport struct {
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consumer status", flag.ContinueOnError)
 	var (
-		conn     connConfig
-		httpAddr string
-		asJSON   bool
+		conn   connConfig
+		asJSON bool
 	)
 	conn.RegisterFlags(fs)
-	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:8080", "a running consumer's HTTP address to include its /status (empty: skip)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
@@ -69,8 +67,8 @@ func runStatus(ctx context.Context, args []string) error {
 	if rep.Flows, err = listFlows(ctx, st); err != nil {
 		return err
 	}
-	if httpAddr != "" {
-		rep.Consumer = fetchStatus(ctx, httpAddr)
+	if conn.HTTPAddr != "" {
+		rep.Consumer = fetchStatus(ctx, conn.HTTPAddr)
 	}
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -92,7 +90,7 @@ func runStatus(ctx context.Context, args []string) error {
 	if rep.Consumer != nil {
 		var buf bytes.Buffer
 		if json.Indent(&buf, rep.Consumer, "", "  ") == nil {
-			fmt.Printf("\nconsumer at %s:\n%s\n", httpAddr, buf.String())
+			fmt.Printf("\nconsumer at %s:\n%s\n", conn.HTTPAddr, buf.String())
 		}
 	}
 	return nil

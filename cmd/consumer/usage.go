@@ -47,7 +47,8 @@ const runHelpIntro = `usage: consumer run [flags]
 
 Consume the apply and DDL topics and back the flows' tables up to GCS.
 Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size:
-FLOWLOG_FLUSH_SIZE); the command line wins. Sizes take B/KiB/MiB/GiB.
+FLOWLOG_FLUSH_SIZE); the command line wins. Sizes take B/KiB/MiB/GiB/TiB,
+decimals allowed (1.5GiB).
 `
 
 // setupRunFlags installs the grouped help of `consumer run` on fs and makes

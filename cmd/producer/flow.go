@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -23,6 +24,8 @@ const flowUsage = `usage: producer flow create|replace|drop|resume --name F [--t
 
 Publishes one FlowDDL JSON record to the DDL topic (keyed by the flow name).
 create and replace need --tables; drop and resume need only --name.
+With --wait it then waits until a consumer applied or rejected it (reading
+ddl:offset in Redis at --redis-url, and the DLQ) and exits 1 on a rejection.
 `
 
 // flowSpec is the FlowInfo part of a FlowDDL record; the consumer sets
@@ -48,12 +51,12 @@ type flowDDL struct {
 
 // runFlow is `producer flow <op> [flags]`.
 func runFlow(ctx context.Context, args []string) error {
-	return publishFlow(ctx, args, os.Stdout)
+	return publishFlow(ctx, args, os.Stdout, os.Stderr)
 }
 
 // publishFlow parses args, publishes the DDL and reports where it landed
-// on out.
-func publishFlow(ctx context.Context, args []string, out io.Writer) error {
+// on out; progress notes (a broker slow to answer) go to stderr.
+func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("producer flow", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), flowUsage, "\nflags:\n")
@@ -65,7 +68,14 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 		name, catalog, sink, tables, comment, sql, routes string
 		ifNotExists                                       bool
 		flowID                                            *uint32
+		timeout, waitTimeout                              time.Duration
+		wait                                              bool
+		rc                                                meta.Config
 	)
+	addTimeoutFlag(fs, &timeout)
+	fs.BoolVar(&wait, "wait", false, "wait until a consumer applied or rejected the DDL (needs --redis-url); exit 1 if rejected")
+	fs.DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "with --wait, how long to wait for a consumer")
+	rc.RegisterFlags(fs)
 	fs.StringVar(&name, "name", "", "flow name, [A-Za-z0-9_-]{1,128} (required)")
 	fs.StringVar(&catalog, "catalog", meta.DefaultCatalog, "catalog of the flow")
 	fs.StringVar(&tables, "tables", "", "source table ids, comma separated (create, replace)")
@@ -95,10 +105,10 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 	// flags that follow it (they override the environment, as flags do).
 	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
 		if op != "" {
-			return fmt.Errorf("unexpected arguments %q", rest)
+			return cli.Usagef("unexpected arguments %q", rest)
 		}
 		op = rest[0]
-		if err := fs.Parse(rest[1:]); err != nil {
+		if err := cli.Parse(fs, rest[1:]); err != nil {
 			return err
 		}
 	}
@@ -109,26 +119,59 @@ func publishFlow(ctx context.Context, args []string, out io.Writer) error {
 	if err := kc.Validate(); err != nil {
 		return err
 	}
+	if timeout < 0 {
+		return fmt.Errorf("--timeout %v: must not be negative", timeout)
+	}
+	if wait {
+		if err := cli.CheckURL("--redis-url", rc.URL); err != nil {
+			return err
+		}
+		if err := rc.Validate(); err != nil {
+			return err
+		}
+		if waitTimeout <= 0 {
+			return fmt.Errorf("--wait-timeout %v: must be positive", waitTimeout)
+		}
+	}
 	value, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("encode flow ddl: %w", err)
 	}
-	cl, err := newProducer(&kc)
+	cl, err := newProducer(&kc, timeout, stderr)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	var waiter *ddlWaiter
+	if wait {
+		if waiter, err = newDDLWaiter(ctx, kc, rc, cl.Client, waitTimeout); err != nil {
+			return err
+		}
+		defer waiter.Close()
+	}
 	rec := &kgo.Record{
 		Topic:   kc.DDLTopic,
 		Key:     []byte(name),
 		Value:   value,
 		Headers: []kgo.RecordHeader{{Key: event.HeaderContentType, Value: []byte("application/json")}},
 	}
-	got, err := cl.ProduceSync(ctx, rec).First()
+	acked, err := cl.publishSync(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("publish %s of %s/%s to %s: %w", op, catalog, name, kc.DDLTopic, err)
 	}
+	got := acked[0]
 	fmt.Fprintf(out, "published %s %s/%s at partition %d offset %d\n", op, catalog, name, got.Partition, got.Offset)
+	if waiter == nil {
+		return nil
+	}
+	if err := waiter.wait(ctx, got, stderr); err != nil {
+		if errors.Is(err, ErrRejected) {
+			fmt.Fprintf(out, "rejected %s %s/%s\n", op, catalog, name)
+			return fmt.Errorf("%s of %s/%s %w", op, catalog, name, err)
+		}
+		return err
+	}
+	fmt.Fprintf(out, "applied %s %s/%s%s\n", op, catalog, name, waiter.flowIDText(ctx, catalog, name))
 	return nil
 }
 

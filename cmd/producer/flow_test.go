@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func TestRunFlowPublishes(t *testing.T) {
 			var out bytes.Buffer
 			args := append([]string{}, tc.args...)
 			args = append(args, "--brokers", k.Brokers())
-			if err := publishFlow(ctx, args, &out); err != nil {
+			if err := publishFlow(ctx, args, &out, io.Discard); err != nil {
 				t.Fatalf("publishFlow: %v", err)
 			}
 			wantOut := fmt.Sprintf("published %s %s/%s at partition 0 offset %d\n", tc.want.Op, tc.want.Flow.CatalogName, tc.want.Flow.FlowName, i)
@@ -101,7 +102,7 @@ func TestRunFlowRejects(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := publishFlow(context.Background(), append(tc.args, "--brokers", "127.0.0.1:1"), &out)
+			err := publishFlow(context.Background(), append(tc.args, "--brokers", "127.0.0.1:1"), &out, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}

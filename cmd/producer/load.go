@@ -56,25 +56,10 @@ func applyRecord(topic string, b *event.Batch, f format) (*kgo.Record, error) {
 	return r, nil
 }
 
-// newProducer returns a client that produces idempotently with acks from
-// all in-sync replicas (franz-go's defaults, spelled out) and a short linger.
-// Records keyed by region id go through the default partitioner, which
-// hashes keys as the Java client does, so a region stays in one partition.
-func newProducer(kc *kafkaconf.Config) (*kgo.Client, error) {
-	opts, err := kc.Opts()
-	if err != nil {
-		return nil, err
-	}
-	opts = append(opts,
-		kgo.DefaultProduceTopic(kc.ApplyTopic),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	return cl, nil
+// addTimeoutFlag registers --timeout on fs.
+func addTimeoutFlag(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "timeout", 30*time.Second,
+		"give up when Kafka has not acknowledged a publish for this long, naming the broker and the cause (0: wait forever)")
 }
 
 // runLoad publishes the deterministic load of loadgen to the apply topic.
@@ -85,13 +70,15 @@ func runLoad(ctx context.Context, args []string) error {
 	var kc kafkaconf.Config
 	kc.RegisterFlags(fs)
 	rate := fs.Float64("rate", 0, "events per second (0: as fast as the broker takes them)")
+	var timeout time.Duration
+	addTimeoutFlag(fs, &timeout)
 	f := formatProto
 	fs.Var(&f, "format", "record encoding: proto, or json (protojson with header content-type: application/json)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return cli.Usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if err := errors.Join(lc.Validate(), kc.Validate()); err != nil {
 		return err
@@ -99,10 +86,13 @@ func runLoad(ctx context.Context, args []string) error {
 	if *rate < 0 {
 		return fmt.Errorf("--rate %v: must not be negative", *rate)
 	}
+	if timeout < 0 {
+		return fmt.Errorf("--timeout %v: must not be negative", timeout)
+	}
 	if lc.StartTime.IsZero() {
 		lc.StartTime = time.Now().UTC()
 	}
-	cl, err := newProducer(&kc)
+	cl, err := newProducer(&kc, timeout, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -124,7 +114,7 @@ func runLoad(ctx context.Context, args []string) error {
 
 // loader publishes one load and counts what it published.
 type loader struct {
-	cl     *kgo.Client
+	cl     *producer
 	topic  string
 	format format
 	rate   float64
@@ -140,6 +130,10 @@ type loader struct {
 	errOnce sync.Once
 	err     error
 	failed  atomic.Bool
+
+	produced     atomic.Int64 // records handed to the client
+	pending      atomic.Int64 // records produced and not yet acknowledged or failed
+	lastProgress atomic.Int64 // unix nanos of the last ack, or of a moment with nothing pending
 }
 
 func (l *loader) fail(err error) {
@@ -147,24 +141,58 @@ func (l *loader) fail(err error) {
 }
 
 // run produces every batch asynchronously, pacing to the rate, and waits
-// for every record to be acknowledged.
-func (l *loader) run(ctx context.Context) error {
+// for every record to be acknowledged. It gives up when records stay
+// unacknowledged for the producer's timeout.
+func (l *loader) run(parent context.Context) error {
 	l.start = time.Now()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	if l.cl.timeout > 0 {
+		go l.watchdog(ctx, cancel)
+	}
+	err := l.produceAll(ctx)
+	if err == nil {
+		if ferr := l.cl.Flush(ctx); ferr != nil {
+			err = fmt.Errorf("wait for acks: %w", ferr)
+		}
+	}
+	l.elapsed = time.Since(l.start)
+	if err == nil && l.failed.Load() {
+		err = l.err
+	}
+	switch {
+	case err == nil:
+		return nil
+	case parent.Err() != nil:
+		return fmt.Errorf("interrupted with %d of %d records acknowledged; %s", l.records.Load(), l.produced.Load(), l.cl.watch.describe())
+	case errors.Is(context.Cause(ctx), errNoAck):
+		return fmt.Errorf("publish to %s: no acknowledgement from Kafka for %v (--timeout), %d of %d records acknowledged; %s",
+			l.topic, l.cl.timeout, l.records.Load(), l.produced.Load(), l.cl.watch.describe())
+	}
+	return err
+}
+
+// produceAll hands every batch of the load to the client.
+func (l *loader) produceAll(ctx context.Context) error {
 	for !l.failed.Load() {
 		b, ok := l.gen.Next()
 		if !ok {
-			break
+			return nil
 		}
 		rec, err := applyRecord(l.topic, b, l.format)
 		if err != nil {
 			return err
 		}
 		size := int64(len(rec.Key) + len(rec.Value))
+		l.pending.Add(1)
+		l.produced.Add(1)
 		l.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			defer l.pending.Add(-1)
 			if err != nil {
-				l.fail(fmt.Errorf("produce to %s: %w", l.topic, err))
+				l.fail(fmt.Errorf("produce to %s: %w; %s", l.topic, err, l.cl.watch.describe()))
 				return
 			}
+			l.lastProgress.Store(time.Now().UnixNano())
 			l.records.Add(1)
 			l.bytes.Add(size)
 		})
@@ -181,14 +209,30 @@ func (l *loader) run(ctx context.Context) error {
 			}
 		}
 	}
-	if err := l.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("wait for acks: %w", err)
-	}
-	l.elapsed = time.Since(l.start)
-	if l.failed.Load() {
-		return l.err
-	}
 	return nil
+}
+
+// watchdog cancels ctx with errNoAck once records have waited for an
+// acknowledgement for the producer's timeout with none arriving.
+func (l *loader) watchdog(ctx context.Context, cancel context.CancelCauseFunc) {
+	l.lastProgress.Store(time.Now().UnixNano())
+	t := time.NewTicker(min(max(l.cl.timeout/20, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if l.pending.Load() == 0 {
+				l.lastProgress.Store(now.UnixNano())
+				continue
+			}
+			if now.Sub(time.Unix(0, l.lastProgress.Load())) >= l.cl.timeout {
+				cancel(errNoAck)
+				return
+			}
+		}
+	}
 }
 
 // summary prints the final line.
@@ -258,8 +302,13 @@ func runHeartbeat(ctx context.Context, args []string) error {
 	})
 	f := formatProto
 	fs.Var(&f, "format", "record encoding: proto or json")
+	var timeout time.Duration
+	addTimeoutFlag(fs, &timeout)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if err := kc.Validate(); err != nil {
 		return err
@@ -273,7 +322,7 @@ func runHeartbeat(ctx context.Context, args []string) error {
 		}
 		*ts = event.ComposeTS(at.UnixMilli(), 0)
 	}
-	cl, err := newProducer(&kc)
+	cl, err := newProducer(&kc, timeout, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -286,7 +335,7 @@ func runHeartbeat(ctx context.Context, args []string) error {
 		}
 		recs = append(recs, rec)
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if _, err := cl.publishSync(ctx, recs...); err != nil {
 		return fmt.Errorf("produce heartbeats to %s: %w", kc.ApplyTopic, err)
 	}
 	fmt.Printf("sent %d heartbeats at resolved ts %d\n", *regions, *ts)

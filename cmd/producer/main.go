@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/flowlog/flowlog/internal/cli"
 )
 
 const usage = `usage: producer <command> [flags]
@@ -25,33 +27,47 @@ commands:
 `
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
 
+// run runs the command of args and returns the exit code: 0, 1 for a
+// failure, 2 for a bad command line.
+func run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "help" && len(args) > 0 {
+		// "producer help C" is "producer C -h".
+		cmd, args = args[0], []string{"-h"}
+	}
 	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	switch cmd {
 	case "load":
 		err = runLoad(ctx, args)
 	case "flow":
 		err = runFlow(ctx, args)
 	case "heartbeat":
 		err = runHeartbeat(ctx, args)
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
-		return
+		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "producer: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		fmt.Fprintf(os.Stderr, "producer: unknown command %q (run 'producer help' for the list)\n", cmd)
+		return 2
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		return
+	var ue *cli.UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "producer %s: %v (run 'producer %s -h' for help)\n", cmd, err, cmd)
+		return 2
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "producer %s: %v\n", os.Args[1], err)
-		os.Exit(1)
-	}
+	fmt.Fprintf(os.Stderr, "producer %s: %v\n", cmd, err)
+	return 1
 }

@@ -30,6 +30,9 @@ type Config struct {
 	SASLMechanism string // "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
 	SASLUser      string
 	SASLPassword  string
+	// SASLAllowPlaintext accepts SASL PLAIN without TLS, which sends the
+	// password in clear text.
+	SASLAllowPlaintext bool
 }
 
 // RegisterFlags registers the Kafka flags on f.
@@ -45,6 +48,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: none)")
 	f.StringVar(&c.SASLUser, "kafka-sasl-user", "", "SASL user name")
 	f.StringVar(&c.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer the FLOWLOG_KAFKA_SASL_PASSWORD environment variable)")
+	f.BoolVar(&c.SASLAllowPlaintext, "kafka-sasl-allow-plaintext", false, "allow SASL PLAIN without --kafka-tls, which sends the password in clear text")
 }
 
 // Validate reports every problem with c, one per line.
@@ -58,8 +62,19 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must not be empty", name))
 		}
 	}
-	switch strings.ToUpper(c.SASLMechanism) {
-	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	switch mech := strings.ToUpper(c.SASLMechanism); mech {
+	case "":
+		if c.SASLUser != "" || c.SASLPassword != "" {
+			errs = append(errs, errors.New("--kafka-sasl-user/--kafka-sasl-password: set without --kafka-sasl-mechanism, they would be ignored"))
+		}
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.SASLUser == "" {
+			errs = append(errs, fmt.Errorf("--kafka-sasl-user: required with --kafka-sasl-mechanism %s", mech))
+		}
+		if mech == "PLAIN" && !c.tls() && !c.SASLAllowPlaintext {
+			errs = append(errs, errors.New("--kafka-sasl-mechanism PLAIN without --kafka-tls sends the password in clear text: "+
+				"add --kafka-tls, or --kafka-sasl-allow-plaintext to accept that"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism: unknown mechanism %q", c.SASLMechanism))
 	}
@@ -67,6 +82,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--kafka-tls-cert and --kafka-tls-key go together"))
 	}
 	return errors.Join(errs...)
+}
+
+// tls reports whether the connection uses TLS: --kafka-tls or any TLS file.
+func (c *Config) tls() bool {
+	return c.TLS || c.TLSCAFile != "" || c.TLSCertFile != ""
 }
 
 // SeedBrokers is Brokers split on commas, blanks dropped.
@@ -83,7 +103,7 @@ func (c *Config) SeedBrokers() []string {
 // Opts returns the franz-go options for connecting: seeds, TLS and SASL.
 func (c *Config) Opts() ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.SeedBrokers()...)}
-	if c.TLS || c.TLSCAFile != "" || c.TLSCertFile != "" {
+	if c.tls() {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.TLSCAFile != "" {
 			pem, err := os.ReadFile(c.TLSCAFile)

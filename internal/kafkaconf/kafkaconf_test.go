@@ -22,6 +22,15 @@ func TestValidate(t *testing.T) {
 		{"cert without key", []string{"--kafka-tls-cert", "c.pem"}, []string{"go together"}},
 		{"every problem reported", []string{"--brokers", "", "--apply-topic", "", "--kafka-sasl-mechanism", "x"},
 			[]string{"--brokers", "--apply-topic", "mechanism"}},
+		{"sasl plain over tls", []string{"--kafka-sasl-mechanism", "plain", "--kafka-sasl-user", "u", "--kafka-tls"}, nil},
+		{"sasl plain, clear text allowed", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-user", "u",
+			"--kafka-sasl-allow-plaintext"}, nil},
+		{"sasl plain in clear text", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-user", "u", "--kafka-sasl-password", "p"},
+			[]string{"PLAIN without --kafka-tls sends the password in clear text"}},
+		{"password without mechanism", []string{"--kafka-sasl-password", "p"}, []string{"set without --kafka-sasl-mechanism"}},
+		{"user without mechanism", []string{"--kafka-sasl-user", "u"}, []string{"set without --kafka-sasl-mechanism"}},
+		{"mechanism without user", []string{"--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-password", "p"},
+			[]string{"--kafka-sasl-user: required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("t", flag.ContinueOnError)
