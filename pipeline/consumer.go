@@ -138,8 +138,12 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		parts:    map[int32]*partState{},
 		flushReq: make(chan chan error),
 		stopped:  make(chan struct{}),
+		clReady:  make(chan struct{}),
 		router:   NewRouter(c.d.Registry),
 	}
+	// The flusher exists before the client: the group's callbacks may run
+	// as soon as kgo.NewClient starts joining.
+	s.fl = newFlusher(c, s)
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
 	c.forgetFatal()
 	reset := kgo.NewOffset().AtStart()
@@ -175,7 +179,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	}
 	s.cl = cl
 	s.adm = kadm.NewClient(cl)
-	s.fl = newFlusher(c, s)
+	close(s.clReady)
 	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))
 	flDone := make(chan struct{})
 	go func() { defer close(flDone); s.fl.run(flCtx) }()

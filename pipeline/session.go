@@ -46,6 +46,7 @@ type session struct {
 
 	flushReq chan chan error
 	stopped  chan struct{}
+	clReady  chan struct{} // closed once cl and adm are set
 	flows    flowView // the consume loop's
 	covDirty bool     // pending coverage entries may await reports
 
@@ -440,6 +441,12 @@ func (s *session) onAssigned(context.Context, *kgo.Client, map[string][]int32) {
 // offset) that kgo fetched.
 func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	c := s.c
+	// kgo may call this before NewClient has returned to runSession.
+	select {
+	case <-s.clReady:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	member, _ := s.cl.GroupMetadata()
 	if member == "" {
 		member = c.cfg.StoreID
