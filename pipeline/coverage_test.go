@@ -50,6 +50,11 @@ func TestCoverageWindowOfAddedAndRemovedTable(t *testing.T) {
 	if w, _ := window(); w.Since != ts(4) || *w.Until != ts(104) {
 		t.Fatalf("window after removal = (%d, %d], want (%d, %d]", w.Since, *w.Until, ts(4), ts(104))
 	}
+	for _, f := range r.cons.Status().Flows {
+		if f.ID == id && (len(f.Windows) != 2 || f.Windows[0].Until == nil || f.Windows[1].TableID != 2 || f.Windows[1].Until != nil) {
+			t.Errorf("/status windows of the flow = %+v, want table 1's closed and table 2's open", f.Windows)
+		}
+	}
 	cur, _, _ := r.store.Windows(ctx, id)
 	if w, ok := cur[2]; !ok || w.Since != ts(104) {
 		t.Fatalf("table 2's window = %+v (%v), want since %d", w, ok, ts(104))

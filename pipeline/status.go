@@ -1,9 +1,14 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
+
+	"github.com/flowlog/flowlog/meta"
 )
 
 // CycleStatus describes the last committed flush cycle.
@@ -34,6 +39,9 @@ type FlowStatus struct {
 	Name    string   `json:"name"`
 	Tables  []uint32 `json:"tables"`
 	Fatal   bool     `json:"fatal"`
+	// Windows are the tables' current coverage windows (DESIGN 7); absent
+	// while they are being established or when Redis did not answer.
+	Windows []meta.Window `json:"windows,omitempty"`
 }
 
 // Status is the /status document.
@@ -59,9 +67,17 @@ func (c *Consumer) Status() Status {
 		fatal[id] = true
 	}
 	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for _, f := range c.d.Registry.Flows() {
-		st.Flows = append(st.Flows, FlowStatus{ID: f.ID, Catalog: f.Info.CatalogName, Name: f.Info.FlowName,
-			Tables: f.Info.SourceTableIDs, Fatal: fatal[f.ID]})
+		fs := FlowStatus{ID: f.ID, Catalog: f.Info.CatalogName, Name: f.Info.FlowName,
+			Tables: f.Info.SourceTableIDs, Fatal: fatal[f.ID]}
+		if cur, _, err := c.d.Store.Windows(ctx, f.ID); err == nil {
+			for _, t := range slices.Sorted(maps.Keys(cur)) {
+				fs.Windows = append(fs.Windows, cur[t])
+			}
+		}
+		st.Flows = append(st.Flows, fs)
 	}
 	if s == nil {
 		return st

@@ -115,6 +115,11 @@ func TestRestoreWithinCoverageWindows(t *testing.T) {
 		}
 	}
 
+	fout, err := capture(t, func() error { return runFlows(ctx, e.args()) })
+	if want := fmt.Sprintf("1:[%d, now]", e.ts(5*time.Minute)); err != nil || !strings.Contains(fout, want) {
+		t.Errorf("flows = %v, does not show %q:\n%s", err, want, fout)
+	}
+
 	// Close table 1's window too: at 30m nothing is restorable, and the
 	// restore says so and fails.
 	if err := rdb.HSet(ctx, "flowlog:{flowlog}:coverage:1", "1", fmt.Sprintf(`{"since":%d,"until":%d}`, e.ts(5*time.Minute), e.ts(10*time.Minute))).Err(); err != nil {

@@ -37,6 +37,8 @@ type flowRow struct {
 	LastFlushTS    uint64   `json:"last_flush_ts"`
 	LastFlushTime  string   `json:"last_flush_time"`
 	Metas          int      `json:"metas"`
+	// Windows are the tables' coverage windows, oldest first (DESIGN 7).
+	Windows []meta.Window `json:"windows"`
 }
 
 // listFlows reads every flow with its state.
@@ -69,6 +71,9 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 			return nil, err
 		}
 		row.Metas = len(refs)
+		if row.Windows, err = flowWindows(ctx, st, id); err != nil {
+			return nil, err
+		}
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -102,7 +107,7 @@ func runFlows(ctx context.Context, args []string) error {
 
 func printFlows(rows []flowRow) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tFLOW\tTABLES\tSTATE\tCHECKPOINT TS\tCHECKPOINT TIME (UTC)\tLAST FLUSH (UTC)\tMETAS")
+	fmt.Fprintln(tw, "ID\tFLOW\tTABLES\tSTATE\tCHECKPOINT TS\tCHECKPOINT TIME (UTC)\tLAST FLUSH (UTC)\tMETAS\tCOVERAGE")
 	for _, r := range rows {
 		tables := make([]string, len(r.Tables))
 		for i, t := range r.Tables {
@@ -112,8 +117,15 @@ func printFlows(rows []flowRow) {
 		if r.Error != "" {
 			state += ": " + r.Error
 		}
-		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
-			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas)
+		cov := make([]string, len(r.Windows))
+		for i, w := range r.Windows {
+			cov[i] = fmt.Sprintf("%d:%s", w.TableID, windowString(w))
+		}
+		if len(cov) == 0 {
+			cov = []string{"establishing"}
+		}
+		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
+			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas, strings.Join(cov, " "))
 	}
 	tw.Flush()
 }
