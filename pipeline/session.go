@@ -47,8 +47,8 @@ type session struct {
 	flushReq chan chan error
 	stopped  chan struct{}
 	clReady  chan struct{} // closed once cl and adm are set
-	flows    flowView // the consume loop's
-	covDirty bool     // pending coverage entries may await reports
+	flows    flowView      // the consume loop's
+	covDirty bool          // pending coverage entries may await reports
 
 	batch  event.Batch
 	parsed []parsedEvent
