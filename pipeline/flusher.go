@@ -32,6 +32,7 @@ type cycle struct {
 	trigger string
 	files   []*tempFile
 	bytes   int64
+	mem     int64 // memory its files hold (tempFile.mem), counted in the temp budget
 	parts   []partCommit
 
 	closed  bool
