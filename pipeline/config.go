@@ -42,6 +42,14 @@ type Config struct {
 	// to loopback clients.
 	AdminToken     string
 	AdminTokenFile string
+	// MaxOpenFiles caps the temp files held open at once, each with a
+	// descriptor and a 32 KiB write buffer; New lowers it to half the soft
+	// RLIMIT_NOFILE. Zero means 1024.
+	MaxOpenFiles int
+	// MaxCycleFiles freezes a cycle when its generation has this many temp
+	// files; fetching pauses while current and in-flight cycles hold more
+	// than twice as many. Zero means 10000.
+	MaxCycleFiles int
 }
 
 // RegisterFlags registers the pipeline flags on f.
@@ -54,6 +62,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
 	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
+	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files held open at once (a descriptor and a 32KiB buffer each; more are closed and reopened as needed); at most half the open file limit (ulimit -n)")
+	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply events with a key or value larger than this go to the DLQ")
 	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
 	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")
@@ -84,6 +94,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTempBytes < c.FlushSize {
 		errs = append(errs, fmt.Errorf("--max-temp-bytes (%d) must be at least --flush-size (%d)", c.MaxTempBytes, c.FlushSize))
+	}
+	if c.MaxOpenFiles < 0 {
+		errs = append(errs, errors.New("--max-open-files: must not be negative (0: the default)"))
+	}
+	if c.MaxCycleFiles < 0 {
+		errs = append(errs, errors.New("--max-cycle-files: must not be negative (0: the default)"))
 	}
 	if c.MaxValueSize <= 0 {
 		errs = append(errs, errors.New("--max-value-size: must be positive"))

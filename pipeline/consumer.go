@@ -74,7 +74,8 @@ type Consumer struct {
 }
 
 // New validates cfg and returns a Consumer. Leftover temp files of an earlier
-// process are removed.
+// process are removed, and --max-open-files is fitted to the process's open
+// file limit (applyFileLimits).
 func New(cfg Config, d Deps) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -85,6 +86,7 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	if err := cleanTempDir(cfg.TempDir); err != nil {
 		return nil, err
 	}
+	cfg.applyFileLimits(d.Logger)
 	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}
 	c.m.maxTempBytes.Set(float64(cfg.MaxTempBytes))
 	return c, nil
@@ -144,7 +146,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// The flusher exists before the client: the group's callbacks may run
 	// as soon as kgo.NewClient starts joining.
 	s.fl = newFlusher(c, s)
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles)
 	c.forgetFatal()
 	reset := kgo.NewOffset().AtStart()
 	if c.cfg.StartOffset == "latest" {

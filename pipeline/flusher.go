@@ -35,6 +35,7 @@ type cycle struct {
 	trigger string
 	files   []*tempFile
 	bytes   int64
+	mem     int64 // memory its files hold (tempFile.mem), counted in the temp budget
 	parts   []partCommit
 	// coverage are the partition reports of pending coverage windows and
 	// covLeases the leases of their partitions.

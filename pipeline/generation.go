@@ -13,21 +13,38 @@ import (
 // generation is the set of temp files events are appended to now. A freeze
 // hands the whole generation to a flush cycle and starts a new one, so a
 // frozen file never receives another entry.
+//
+// At most maxOpen of its files are open (a handle and a write buffer) at a
+// time: opening one more closes the least recently appended one first
+// (touch). A generation of 15,000 one-entry files thus needs maxOpen file
+// descriptors and maxOpen buffers, not 15,000 of each. The consume loop owns
+// the current generation; seal hands it over with every file closed, so a
+// frozen cycle holds no descriptor while it waits for the flusher.
 type generation struct {
-	id    uint64
-	root  string
-	files map[fileKey]*tempFile
-	dirs  map[meta.FlowID]string
-	bytes int64
-	last  *tempFile // the file of the previous append, for runs of one key
+	id      uint64
+	root    string
+	maxOpen int
+	files   map[fileKey]*tempFile
+	dirs    map[meta.FlowID]string
+	bytes   int64     // framed bytes of its files
+	mem     int64     // estimated memory of its files besides buffers (tempFile.mem)
+	open    int       // files with a handle and a buffer
+	lru     tempFile  // sentinel of the ring of open files, most recently appended first
+	last    *tempFile // the file of the previous append, for runs of one key
 }
 
-func newGeneration(root string, id uint64) *generation {
-	return &generation{id: id, root: root, files: map[fileKey]*tempFile{}, dirs: map[meta.FlowID]string{}}
+func newGeneration(root string, id uint64, maxOpen int) *generation {
+	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), files: map[fileKey]*tempFile{}, dirs: map[meta.FlowID]string{}}
+	g.lru.prev, g.lru.next = &g.lru, &g.lru
+	return g
 }
 
-// file returns the temp file of key, creating it under
-// <root>/<catalog>/<flow>/ on first use.
+// cost is what the generation counts against --flush-size and
+// --max-temp-bytes: its bytes plus the memory its files hold.
+func (g *generation) cost() int64 { return g.bytes + g.mem }
+
+// file returns the temp file of key, creating its entry (not yet the file on
+// disk: the first append does) under <root>/<catalog>/<flow>/ on first use.
 func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	if l := g.last; l != nil && l.key == key {
 		return l, nil
@@ -54,22 +71,88 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	// name apart from the old one (DESIGN 4).
 	name := fmt.Sprintf("f%d-g%d-p%d-t%d-r%d-%s-%s%s.tmp", key.flow, g.id, key.partition, key.table, key.region,
 		sink.CFName(key.cf), sink.OpName(key.op), meta)
-	f, err := newTempFile(filepath.Join(dir, name), key, flow)
-	if err != nil {
-		return nil, err
-	}
+	f := newTempFile(filepath.Join(dir, name), key, flow)
+	f.g = g
 	g.files[key] = f
+	g.mem += f.mem()
 	g.last = f
 	return f, nil
 }
 
-// list returns the generation's files.
-func (g *generation) list() []*tempFile {
-	out := make([]*tempFile, 0, len(g.files))
-	for _, f := range g.files {
-		out = append(out, f)
+// touch makes t the most recently used open file, opening it (and closing
+// the least recently used one when maxOpen are open) if it is closed.
+func (g *generation) touch(t *tempFile) error {
+	if t.f != nil {
+		if g.lru.next != t {
+			g.unlink(t)
+			g.pushFront(t)
+		}
+		return nil
 	}
-	return out
+	for g.open >= g.maxOpen {
+		old := g.lru.prev
+		g.unlink(old)
+		g.open--
+		if err := old.shut(); err != nil {
+			return err
+		}
+	}
+	if err := t.open(); err != nil {
+		return err
+	}
+	g.pushFront(t)
+	g.open++
+	return nil
+}
+
+func (g *generation) pushFront(t *tempFile) {
+	t.prev, t.next = &g.lru, g.lru.next
+	g.lru.next.prev = t
+	g.lru.next = t
+}
+
+func (g *generation) unlink(t *tempFile) {
+	t.prev.next, t.next.prev = t.next, t.prev
+	t.prev, t.next = nil, nil
+}
+
+// forget drops t from the generation's accounting (t is being removed).
+// The caller deletes it from files.
+func (g *generation) forget(t *tempFile) {
+	if t.f != nil {
+		g.unlink(t)
+		g.open--
+	}
+	g.mem -= t.mem()
+	if g.last == t {
+		g.last = nil
+	}
+	t.g = nil
+}
+
+// seal closes every file of the generation (writing what is buffered) and
+// fixes their checksums, and returns them with the memory they still hold.
+// A write that fails here stays with its file and fails the cycle when the
+// flusher closes it (tempFile.close). The generation takes no appends after
+// it.
+func (g *generation) seal() (files []*tempFile, mem int64) {
+	files = make([]*tempFile, 0, len(g.files))
+	for t := g.lru.next; t != &g.lru; {
+		next := t.next
+		_ = t.shut()
+		t.prev, t.next = nil, nil
+		t = next
+	}
+	g.lru.prev, g.lru.next = &g.lru, &g.lru
+	g.open = 0
+	for _, t := range g.files {
+		_ = t.seal()
+		t.g = nil
+		files = append(files, t)
+		mem += t.mem()
+	}
+	g.last = nil
+	return files, mem
 }
 
 // regionState is what a partition knows of one region.

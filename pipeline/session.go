@@ -23,6 +23,7 @@ const (
 	triggerDDL      = "ddl"
 	triggerShutdown = "shutdown"
 	triggerRequest  = "request"
+	triggerFiles    = "files"
 )
 
 // session is one membership of the consumer group: a kgo client, the
@@ -197,6 +198,11 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 			ps.next = r.Offset + 1
 			n++
 			c.progress.Store(time.Now().UnixNano())
+			if s.cycleFull() {
+				// Checked per record: one fetch can hold many
+				// thousand records of distinct regions.
+				s.freeze(triggerFiles)
+			}
 		}
 	})
 	if perr != nil {
@@ -215,7 +221,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	case req != nil:
 		cyc := s.freeze(triggerRequest)
 		go func() { req <- s.fl.wait(cyc) }()
-	case s.gen.bytes >= int64(c.cfg.FlushSize):
+	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
 	case time.Since(s.last) >= c.cfg.cycleInterval():
 		s.freeze(triggerInterval)
@@ -224,16 +230,17 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	return nil
 }
 
-// backpressure pauses fetching while temp bytes (current and in flight)
-// exceed --max-temp-bytes or a flow is fatal, and resumes it after.
+// backpressure pauses fetching while temp files (current and in flight)
+// exceed --max-temp-bytes or twice --max-cycle-files (overBudget) or a flow
+// is fatal, and resumes it after.
 func (s *session) backpressure() {
-	over := s.gen.bytes+s.fl.inflightBytes() > int64(s.c.cfg.MaxTempBytes)
-	stop := over || s.fl.anyFatal()
+	over, tooMany := s.overBudget()
+	stop := over || tooMany || s.fl.anyFatal()
 	switch {
 	case stop && !s.paused:
 		s.paused = true
 		s.cl.PauseFetchTopics(s.c.d.ApplyTopic)
-		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "fatal_flow", s.fl.anyFatal())
+		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "temp_files_over_limit", tooMany, "fatal_flow", s.fl.anyFatal())
 	case !stop && s.paused:
 		s.paused = false
 		s.cl.ResumeFetchTopics(s.c.d.ApplyTopic)
@@ -390,14 +397,16 @@ func (s *session) freeze(trigger string) *cycle {
 	c := s.c
 	now := time.Now()
 	gen := s.gen
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen())
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles)
 	s.last = now
 
+	files, mem := gen.seal() // the cycle holds no file open while it waits
 	cyc := &cycle{
 		seq:     c.cycleSeq.Add(1),
 		trigger: trigger,
-		files:   gen.list(),
+		files:   files,
 		bytes:   gen.bytes,
+		mem:     mem,
 		done:    make(chan struct{}),
 	}
 	cyc.id = fmt.Sprintf("%d-%s-%d", now.UnixMilli(), c.cfg.StoreID, cyc.seq)
@@ -556,7 +565,7 @@ func (s *session) dropAll() {
 	for _, f := range s.gen.files {
 		f.remove()
 	}
-	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen())
+	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles)
 }
 
 // updateGauges refreshes temp_bytes{flow} and consumer_lag_records.

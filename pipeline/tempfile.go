@@ -4,18 +4,41 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"math"
 	"os"
+	"sync"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 )
 
-// tempBufSize is each temp file's write buffer. Memory use is this times the
-// number of open files of a generation, independent of backlog.
+// tempBufSize is the write buffer of an open temp file. Only open files hold
+// one (at most --max-open-files of them), so buffer memory is bounded by the
+// open-file cap, not by the number of files of a generation.
 const tempBufSize = 32 << 10
+
+// fileOverhead is the estimated memory of one temp file besides its buffer
+// and its key copies: the struct, the sha256 state, the path, the map entry
+// and the metadata the flusher needs. It is counted with the file's bytes in
+// --flush-size and --max-temp-bytes, so that many tiny files flush and apply
+// backpressure like few large ones.
+const fileOverhead = 1 << 10
+
+// bufPool holds the write buffers of closed temp files for the next file
+// that opens.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, tempBufSize); return &b }}
+
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if cap(b) == tempBufSize {
+		b = b[:0]
+		bufPool.Put(&b)
+	}
+}
 
 // fileKey identifies one temp file of a generation: DESIGN section 5 keys
 // files by (kafka partition, flow, table, region, cf, op, is_meta).
@@ -32,16 +55,30 @@ type fileKey struct {
 // tempFile is one append-only temp file. It frames entries into a buffer and
 // hashes and writes the buffer when it fills, so the sha256 and stats of
 // DESIGN section 5 are known when the file is frozen without reading it
-// again. A tempFile is owned by one goroutine at a time: the consume loop
-// while its generation is current, the flusher once frozen.
+// again.
+//
+// While its generation is current the file may be closed at any time to
+// keep the open files under the generation's cap (generation.touch): its
+// buffer is written and given back, its handle closed, and the hash and
+// stats stay in memory; the next append opens it again for appending. A
+// frozen file is sealed: written, closed and summed (seal), and nothing
+// opens it for writing again.
+//
+// A tempFile is owned by one goroutine at a time: the consume loop while its
+// generation is current, the flusher once frozen.
 type tempFile struct {
 	key  fileKey
 	flow *meta.Flow
 	path string
 
-	f    *os.File
-	buf  []byte
-	hash hash.Hash
+	g          *generation // the current generation holding it; nil once sealed
+	prev, next *tempFile   // links in g's list of open files, most recent first
+
+	created bool     // the file exists on disk
+	f       *os.File // nil while closed
+	buf     []byte   // nil while closed
+	hash    hash.Hash
+	err     error // a write that failed while closing (evicted or sealed)
 
 	size           int64 // framed bytes, buffered included
 	entries        int64
@@ -49,26 +86,72 @@ type tempFile struct {
 	minBeginTS     uint64 // min start ts of write-CF puts
 	minKey, maxKey []byte
 	resolvedTS     uint64 // set at freeze: the region's last resolved ts
-	sum            string // hex sha256, set by close
+	sum            string // hex sha256, set by seal
 }
 
-func newTempFile(path string, key fileKey, flow *meta.Flow) (*tempFile, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("create temp file: %w", err)
-	}
+func newTempFile(path string, key fileKey, flow *meta.Flow) *tempFile {
 	return &tempFile{
-		key: key, flow: flow, path: path, f: f,
-		buf:        make([]byte, 0, tempBufSize),
+		key: key, flow: flow, path: path,
 		hash:       sha256.New(),
 		minTS:      math.MaxUint64,
 		minBeginTS: math.MaxUint64,
-	}, nil
+	}
+}
+
+// mem is the estimated memory the file holds besides its buffer.
+func (t *tempFile) mem() int64 {
+	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey))
+}
+
+// open opens the file's handle and takes a buffer: the first time it
+// creates the file (O_EXCL: a name is never reused), later it opens it for
+// appending.
+func (t *tempFile) open() error {
+	flag := os.O_WRONLY | os.O_APPEND
+	if !t.created {
+		flag = os.O_CREATE | os.O_EXCL | os.O_WRONLY
+	}
+	f, err := os.OpenFile(t.path, flag, 0o600)
+	if err != nil {
+		return fmt.Errorf("open temp file: %w", err)
+	}
+	t.created = true
+	t.f, t.buf = f, getBuf()
+	return nil
+}
+
+// shut writes what is buffered, closes the handle and gives the buffer
+// back; the hash and stats stay. A failed write is also kept in t.err: the
+// file has lost bytes and its cycle must not commit.
+func (t *tempFile) shut() error {
+	if t.f == nil {
+		return nil
+	}
+	err := t.spill()
+	if cerr := t.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", t.path, cerr)
+	}
+	putBuf(t.buf)
+	t.f, t.buf = nil, nil
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return err
 }
 
 // append frames one entry. ts is the key's ts; beginTS the start ts of a
-// write-CF put (0 when not applicable).
+// write-CF put (0 when not applicable). The file must be open
+// (generation.touch does that).
 func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
+	if t.g != nil {
+		if err := t.g.touch(t); err != nil {
+			return err
+		}
+	}
+	if t.f == nil {
+		return fmt.Errorf("append to %s: %w", t.path, errSealed)
+	}
+	memBefore := t.mem()
 	n := event.EntrySize(key, value)
 	if len(t.buf)+n > cap(t.buf) {
 		if err := t.spill(); err != nil {
@@ -98,8 +181,14 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	if t.entries == 1 || bytes.Compare(key, t.maxKey) > 0 {
 		t.maxKey = append(t.maxKey[:0], key...)
 	}
+	if t.g != nil {
+		t.g.mem += t.mem() - memBefore
+	}
 	return nil
 }
+
+// errSealed is an append to a file of a frozen generation: a bug.
+var errSealed = errors.New("temp file is sealed")
 
 func (t *tempFile) spill() error {
 	if len(t.buf) == 0 {
@@ -113,26 +202,44 @@ func (t *tempFile) spill() error {
 	return nil
 }
 
-// close writes what is buffered, closes the file and fixes the checksum. The
-// file accepts nothing after it.
-func (t *tempFile) close() error {
-	if t.f == nil {
-		return nil
+// seal writes what is buffered, closes the file and fixes the checksum; it
+// creates the file if nothing opened it yet, so every frozen file exists.
+// The file accepts nothing after it. An error is also kept for close.
+func (t *tempFile) seal() error {
+	if t.sum != "" {
+		return t.err
 	}
-	err := t.spill()
-	if cerr := t.f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close %s: %w", t.path, cerr)
+	if !t.created {
+		if err := t.open(); err != nil {
+			t.err = err
+			return err
+		}
 	}
-	t.f, t.buf = nil, nil
+	err := t.shut()
 	t.sum = hex.EncodeToString(t.hash.Sum(nil))
+	t.hash = nil
 	return err
 }
 
-// remove closes (if needed) and deletes the file.
+// close seals the file (if its generation has not) and reports a write that
+// failed while it was closed or sealed, once: a retried cycle then finds the
+// short file when it builds the chunk (the size does not match).
+func (t *tempFile) close() error {
+	err := t.seal()
+	t.err = nil
+	return err
+}
+
+// remove closes (if needed) and deletes the file, and leaves its
+// generation's accounting if it is still current.
 func (t *tempFile) remove() {
+	if t.g != nil {
+		t.g.forget(t)
+	}
 	if t.f != nil {
 		_ = t.f.Close()
-		t.f = nil
+		putBuf(t.buf)
+		t.f, t.buf = nil, nil
 	}
 	_ = os.Remove(t.path)
 }

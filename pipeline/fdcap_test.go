@@ -1,0 +1,188 @@
+package pipeline_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/internal/testenv"
+	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// openFDs counts the process's open file descriptors.
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// fdSampler records the largest openFDs it sees until stopped.
+type fdSampler struct {
+	mu   sync.Mutex
+	peak int
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleFDs(t *testing.T) *fdSampler {
+	s := &fdSampler{peak: openFDs(), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			n := openFDs()
+			s.mu.Lock()
+			s.peak = max(s.peak, n)
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { s.halt() })
+	return s
+}
+
+func (s *fdSampler) halt() int {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// Issue 13 item 2: every (partition, flow, table, region, cf, op) of a
+// generation is a temp file. Thousands of regions with one event each must
+// not need a descriptor (and a 32 KiB buffer) each: the open temp files stay
+// under --max-open-files, files closed to make room are opened again for
+// the next append (with their hash intact: ReadChunk checks it), the files'
+// memory counts toward --flush-size and --max-temp-bytes, and
+// --max-cycle-files freezes cycles early. Nothing is lost on the way.
+func TestManyTinyTempFiles(t *testing.T) {
+	const (
+		regions = 3000
+		maxOpen = 16
+		// margin covers the flusher (a chunk and a spool file per flow
+		// uploaded at once) and connections the clients open late.
+		margin = 32
+	)
+	cases := []struct {
+		name  string
+		tweak func(*pipeline.Config)
+		check func(t *testing.T, metas []sink.Meta)
+	}{
+		{
+			name: "open files capped",
+		},
+		{
+			name:  "max cycle files",
+			tweak: func(c *pipeline.Config) { c.MaxCycleFiles = 500 },
+			check: func(t *testing.T, metas []sink.Meta) {
+				for _, m := range metas {
+					if len(m.Files) > 500 {
+						t.Errorf("cycle %s has %d files, over --max-cycle-files 500", m.CycleID, len(m.Files))
+					}
+				}
+				if len(metas) < 2*regions/500 {
+					t.Errorf("%d cycles for %d files, want at least %d with --max-cycle-files 500", len(metas), 2*regions, 2*regions/500)
+				}
+			},
+		},
+		{
+			// 3,000 files of a few dozen bytes each hold 3 MB of
+			// memory but 0.2 MB of data: the cost of the files, not
+			// their bytes, reaches --flush-size and --max-temp-bytes.
+			name: "file memory counts toward flush size",
+			tweak: func(c *pipeline.Config) {
+				c.FlushSize, c.MaxTempBytes = 1<<20, 1<<20
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) {
+				c.MaxOpenFiles = maxOpen
+				if tc.tweak != nil {
+					tc.tweak(c)
+				}
+			})
+			r.start()
+			id := r.createFlow("tiny", 1)
+			base := openFDs()
+			fds := sampleFDs(t)
+
+			// Two rounds over every region, one event per record: each
+			// file is closed between its two appends.
+			want := map[string]int{}
+			var recs []*kgo.Record
+			for round := range 2 {
+				for region := uint64(1); region <= regions; region++ {
+					b := putBatch(region, 1, int64(region)*10+int64(round), 1, int64(region)*10+int64(round))
+					for _, e := range b.Events {
+						want[string(e.Key)+"\x00"+string(e.Value)]++
+					}
+					recs = append(recs, &kgo.Record{Topic: testenv.ApplyTopic,
+						Key: []byte(strconv.FormatUint(region, 10)), Value: event.EncodeBatch(nil, b)})
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := r.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+			r.eventually(60*time.Second, func() bool {
+				var next int64
+				for _, p := range r.cons.Status().Partitions {
+					next += p.Next
+				}
+				return next == int64(len(recs))
+			}, "every record handled")
+			if tc.tweak != nil {
+				// Cycles started by the files' cost or count, with no
+				// flush requested and --flush-interval an hour.
+				r.eventually(30*time.Second, func() bool {
+					refs, err := r.store.Metas(ctx, id)
+					return err == nil && len(refs) > 0
+				}, "a cycle committed without a requested flush")
+			}
+			r.flush()
+			peak := fds.halt()
+
+			metas, got := r.entries(id)
+			if len(got) != len(want) {
+				t.Errorf("backed up %d distinct entries, want %d", len(got), len(want))
+			}
+			for k, n := range got {
+				if want[k] != 1 || n != 1 {
+					t.Fatalf("entry backed up %d times (produced %d times)", n, want[k])
+				}
+			}
+			checkOffsetsCommitted(t, r)
+			t.Logf("%d records of %d regions: %d cycles; open descriptors %d before, peak %d (cap %d + margin %d)",
+				len(recs), regions, len(metas), base, peak, maxOpen, margin)
+			if peak > base+maxOpen+margin {
+				t.Errorf("open descriptors peaked at %d, over %d before + --max-open-files %d + margin %d", peak, base, maxOpen, margin)
+			}
+			if tc.check != nil {
+				tc.check(t, metas)
+			}
+			if files := r.tempFiles(); len(files) != 0 {
+				t.Errorf("%d temp files left after the cycles", len(files))
+			}
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/meta"
+)
+
+// A generation keeps at most maxOpen files open however many it has: a
+// closed file is opened again for the next append, and what it holds in the
+// end (bytes, entries, sha256) is what was appended, in order.
+func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
+	const maxOpen, nFiles, rounds = 3, 10, 6
+	g := newGeneration(t.TempDir(), 1, maxOpen)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	want := map[fileKey][]byte{}
+	for round := range rounds {
+		for i := range nFiles {
+			key := fileKey{partition: 0, flow: 1, table: 1, region: uint64(i), cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
+			tf, err := g.file(key, flow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := event.AppendDataKey(nil, event.RowKey(1, int64(round*nFiles+i)), uint64(round+1))
+			v := []byte(fmt.Sprintf("value %d/%d", round, i))
+			if round == 2 && i%3 == 0 {
+				v = bytes.Repeat([]byte{byte(i)}, tempBufSize+1) // written past the buffer
+			}
+			before := tf.size
+			if err := tf.append(k, v, uint64(round+1), 0); err != nil {
+				t.Fatalf("append round %d file %d: %v", round, i, err)
+			}
+			g.bytes += tf.size - before
+			want[key] = event.AppendEntry(want[key], k, v)
+			if open := countOpen(g); open > maxOpen || open != g.open {
+				t.Fatalf("round %d file %d: %d files open (counted %d), cap %d", round, i, open, g.open, maxOpen)
+			}
+		}
+	}
+	var mem int64
+	for _, tf := range g.files {
+		mem += tf.mem()
+	}
+	if g.mem != mem || mem < nFiles*fileOverhead {
+		t.Fatalf("generation counts %d bytes of file memory, its files hold %d", g.mem, mem)
+	}
+
+	// Removing a file (a lost partition) leaves the accounting right.
+	lostKey := fileKey{partition: 0, flow: 1, table: 1, region: nFiles - 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
+	lost := g.files[lostKey]
+	g.bytes -= lost.size
+	lost.remove()
+	delete(g.files, lostKey)
+	delete(want, lostKey)
+	if g.mem != mem-lost.mem() || g.open != countOpen(g) {
+		t.Fatalf("after remove: mem %d (want %d), open %d (counted %d)", g.mem, mem-lost.mem(), g.open, countOpen(g))
+	}
+	if _, err := os.Stat(lost.path); !os.IsNotExist(err) {
+		t.Fatalf("removed file still there: %v", err)
+	}
+
+	files, sealedMem := g.seal()
+	if len(files) != nFiles-1 || sealedMem != g.mem {
+		t.Fatalf("seal gave %d files holding %d bytes, want %d files holding %d", len(files), sealedMem, nFiles-1, g.mem)
+	}
+	var total int64
+	for _, tf := range files {
+		if tf.f != nil || tf.buf != nil || tf.g != nil {
+			t.Fatalf("%s still open or attached after seal", tf.path)
+		}
+		got, err := os.ReadFile(tf.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(got)
+		if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) || tf.entries != rounds {
+			t.Fatalf("%s: %d bytes on disk (want %d, size says %d), %d entries, sum matches %v",
+				tf.path, len(got), len(want[tf.key]), tf.size, tf.entries, tf.sum == hex.EncodeToString(sum[:]))
+		}
+		if err := tf.close(); err != nil {
+			t.Fatalf("close after seal: %v", err)
+		}
+		if err := tf.append([]byte("k"), nil, 1, 0); err == nil {
+			t.Fatalf("append to a sealed file succeeded")
+		}
+		total += tf.size
+	}
+	if total != g.bytes {
+		t.Fatalf("sealed files hold %d bytes, generation counted %d", total, g.bytes)
+	}
+}
+
+func countOpen(g *generation) int {
+	n := 0
+	for _, tf := range g.files {
+		if tf.f != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// A file that was created but got no entry (or never opened) is sealed as
+// an empty file, so the flusher always finds one.
+func TestSealCreatesUnopenedFile(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1)
+	tf, err := g.file(fileKey{flow: 1, table: 1}, &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "c", FlowName: "f"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := g.seal()
+	if len(files) != 1 || files[0] != tf {
+		t.Fatalf("seal gave %d files", len(files))
+	}
+	fi, err := os.Stat(tf.path)
+	if err != nil || fi.Size() != 0 {
+		t.Fatalf("sealed unopened file: %v, %v", fi, err)
+	}
+	empty := sha256.Sum256(nil)
+	if tf.sum != hex.EncodeToString(empty[:]) {
+		t.Fatalf("sum %s, want that of no bytes", tf.sum)
+	}
+}
+
+func TestCapOpenFiles(t *testing.T) {
+	for _, tc := range []struct {
+		flag int
+		soft uint64
+		want int
+	}{
+		{1024, 1 << 20, 1024},
+		{1024, 512, 256},
+		{1024, 256, 128},
+		{100, 256, 100},
+		{1024, 1, 1},
+		{1024, math.MaxUint64, 1024},
+	} {
+		t.Run(fmt.Sprintf("%d of %d", tc.flag, tc.soft), func(t *testing.T) {
+			if got := capOpenFiles(tc.flag, tc.soft); got != tc.want {
+				t.Fatalf("capOpenFiles(%d, %d) = %d, want %d", tc.flag, tc.soft, got, tc.want)
+			}
+		})
+	}
+}
