@@ -111,11 +111,39 @@ func (c *cluster) consumerArgs(t testing.TB, name string) []string {
 	}
 }
 
-// startConsumer starts `consumer run` connected to c; extra flags come last
-// and so override the defaults of consumerArgs.
+// startConsumer starts `consumer run` connected to c; a flag of extra
+// replaces the default of consumerArgs, so each flag is passed once.
 func (c *cluster) startConsumer(t testing.TB, name string, extra ...string) *proc {
 	t.Helper()
-	return startConsumer(t, name, append(c.consumerArgs(t, name), extra...)...)
+	return startConsumer(t, name, overrideArgs(c.consumerArgs(t, name), extra...)...)
+}
+
+// overrideArgs returns defaults ("--flag value" pairs) with each flag that
+// extra also gives ("--flag value" or "--flag=value") set to extra's value
+// in place, and extra's other arguments appended in order. A flag given
+// twice would work (the last one wins) but reads as two settings in the
+// consumer's start line.
+func overrideArgs(defaults []string, extra ...string) []string {
+	out := append([]string(nil), defaults...)
+	at := map[string]int{} // flag -> index of its value in out
+	for i := 0; i+1 < len(out); i += 2 {
+		at[out[i]] = i + 1
+	}
+	for i := 0; i < len(extra); i++ {
+		a := extra[i]
+		if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "--") {
+			if j, ok := at[name]; ok {
+				out[j] = v
+				continue
+			}
+		} else if j, ok := at[a]; ok && i+1 < len(extra) {
+			out[j] = extra[i+1]
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // startConsumer starts `consumer run` with args, adding --http-addr on a
@@ -238,6 +266,31 @@ func TestLoadArgsRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, cfg) {
 		t.Fatalf("loadArgs(%+v) parses back as %+v", cfg, got)
+	}
+}
+
+// TestOverrideArgs checks that a test's flag replaces the harness default in
+// place instead of passing the flag a second time.
+func TestOverrideArgs(t *testing.T) {
+	defaults := []string{"--brokers", "b:1", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "4MiB"}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  []string
+	}{
+		{"none", nil, defaults},
+		{"pairs", []string{"--gcs-endpoint", "p:2", "--temp-dir", "/x"},
+			[]string{"--brokers", "b:1", "--gcs-endpoint", "p:2", "--temp-dir", "/x", "--flush-size", "4MiB"}},
+		{"equals form", []string{"--flush-size=1MiB"},
+			[]string{"--brokers", "b:1", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "1MiB"}},
+		{"new flags kept in order", []string{"--redact-logs=false", "--fatal-after", "30", "--brokers", "b:2"},
+			[]string{"--brokers", "b:2", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "4MiB", "--redact-logs=false", "--fatal-after", "30"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := overrideArgs(defaults, tc.extra...); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("overrideArgs(%q) =\n%q, want\n%q", tc.extra, got, tc.want)
+			}
+		})
 	}
 }
 
