@@ -174,16 +174,32 @@ func startConsumer(t testing.TB, name string, args ...string) *proc {
 }
 
 // waitFor polls cond every 100ms until it returns true, failing the test
-// with cond's last message after timeout.
+// with cond's last message after timeout. cond must not fail the test: an
+// error it meets (a service that does not answer yet, a key not written
+// yet) is "not yet", and its message is what the timeout reports.
 func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	waitForOrStop(t, timeout, func() (bool, string, error) {
 		ok, msg := cond()
-		if ok {
+		return ok, msg, nil
+	})
+}
+
+// waitForOrStop is waitFor for a condition that can also become impossible:
+// cond returns a non-nil stop for an outcome that no waiting can change (the
+// process it waits on exited, the flow turned fatal), and waitForOrStop
+// fails the test with it at once instead of waiting out the timeout.
+func waitForOrStop(t testing.TB, timeout time.Duration, cond func() (ok bool, msg string, stop error)) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, msg, stop := cond()
+		switch {
+		case ok:
 			return
-		}
-		if time.Now().After(deadline) {
+		case stop != nil:
+			t.Fatalf("gave up waiting after %v: %v", time.Since(start).Round(time.Millisecond), stop)
+		case time.Since(start) > timeout:
 			t.Fatalf("not within %v: %s", timeout, msg)
 		}
 		time.Sleep(100 * time.Millisecond)
