@@ -114,12 +114,20 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		}
 		return n
 	}
+	cl := &http.Client{Timeout: 5 * time.Second}
 	waitFor(t, 60*time.Second, func() (bool, string) {
-		next := opsStatusNext(t, base)
+		next, err := opsStatusNextWith(cl, base)
+		if err != nil {
+			return false, err.Error()
+		}
 		return backlog(next) == 0, fmt.Sprintf("/status next offsets %v, end %v", next, end)
 	})
 	waitFor(t, 5*time.Second, func() (bool, string) {
-		lag, n := scrapeMetrics(t, base).get("flowlog_consumer_lag_records")
+		m, err := scrapeMetricsWith(cl, base)
+		if err != nil {
+			return false, err.Error()
+		}
+		lag, n := m.get("flowlog_consumer_lag_records")
 		return n == partitions && lag == 0, fmt.Sprintf("consumer_lag_records: %d series, sum %v after the drain", n, lag)
 	})
 
