@@ -145,7 +145,13 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 	}
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", store, partitions)
 	id := waitFlowCheckpoint(ctx, t, store, "f1", want.maxResolved, 30*time.Second)
-	time.Sleep(300 * time.Millisecond) // one more sample after the checkpoint
+	reached := time.Now()
+	waitFor(t, 10*time.Second, func() (bool, string) { // the samples include the final checkpoint
+		mu.Lock()
+		defer mu.Unlock()
+		n := len(samples)
+		return n > 0 && samples[n-1].at.After(reached), fmt.Sprintf("no sample taken since the checkpoint was reached (%d samples)", n)
+	})
 	close(stop)
 	<-done
 
