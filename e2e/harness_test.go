@@ -207,7 +207,8 @@ func waitForOrStop(t testing.TB, timeout time.Duration, cond func() (ok bool, ms
 }
 
 // consumeAll reads topic from the start until want records arrived (and
-// then briefly for any extra), failing the test after 30s.
+// then briefly for any extra), failing the test after 30s. A fetch error
+// is "not yet" (the client retries); the last one is reported on timeout.
 func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
@@ -217,6 +218,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	}
 	defer cl.Close()
 	var recs []*kgo.Record
+	var lastErr error
 	deadline := time.Now().Add(30 * time.Second)
 	for extra := false; ; {
 		wait := time.Until(deadline)
@@ -228,7 +230,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 		cancel()
 		fs.EachError(func(_ string, _ int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("fetch %s: %v", topic, err)
+				lastErr = err
 			}
 		})
 		recs = append(recs, fs.Records()...)
@@ -238,7 +240,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 		case len(recs) == want:
 			extra = true
 		case time.Now().After(deadline):
-			t.Fatalf("read %d records of %s, want %d", len(recs), topic, want)
+			t.Fatalf("read %d records of %s, want %d (last fetch error: %v)", len(recs), topic, want, lastErr)
 		}
 	}
 }
