@@ -307,7 +307,11 @@ func TestGCSFaultsFatal(t *testing.T) {
 	runProducer(t, "flow", "resume", "--brokers", c.Broker.Addr, "--name", faultFlow)
 	faultWaitStatus(t, store, meta.StatusActive, 30*time.Second, func() string { return "after resume" })
 	got, dup := faultCheckBackup(t, c, want, 60*time.Second)
-	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", store, partitions)
+	// A context of its own: the one above may have run out during the
+	// resume and the backup check.
+	endCtx, endCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer endCancel()
+	checkOffsetsAtEnd(endCtx, t, c.Broker.Addr, "flowlog", store, partitions)
 	if st, err := faultFlowState(store); err != nil || st.Status != meta.StatusActive {
 		t.Errorf("flow status %q (%v) after resume, want active", st.Status, err)
 	}
