@@ -188,8 +188,13 @@ func TestBadInput(t *testing.T) {
 
 	// No partition stalls: Redis offsets reach the end offsets.
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
+	adm := newAdmin(t, c.Broker.Addr)
+	defer adm.Close()
 	waitFor(t, 90*time.Second, func() (bool, string) {
-		end, _ := applyOffsets(ctx, t, c.Broker.Addr, "flowlog")
+		end, err := listEndOffsets(ctx, adm)
+		if err != nil {
+			return false, err.Error()
+		}
 		for p := range int32(partitions) {
 			e, _ := end.Lookup(testenv.ApplyTopic, p)
 			if o, _, err := store.Offset(ctx, testenv.ApplyTopic, p); err != nil || o != e.Offset {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"strconv"
@@ -116,11 +117,14 @@ func crashLogLines(p *proc, from int, msg string) []map[string]any {
 // byte offset from of its log.
 func crashWaitAssigned(t testing.TB, p *proc, from int, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, func() (bool, string) {
-		if !p.Running() {
-			t.Fatalf("%s exited: %v", p.name, p.Wait())
+	waitForOrStop(t, timeout, func() (bool, string, error) {
+		if len(crashLogLines(p, from, "partition assigned")) > 0 {
+			return true, "", nil
 		}
-		return len(crashLogLines(p, from, "partition assigned")) > 0, p.name + " has no partition assigned"
+		if !p.Running() {
+			return false, "", fmt.Errorf("%s exited: %v", p.name, p.Wait())
+		}
+		return false, p.name + " has no partition assigned", nil
 	})
 }
 

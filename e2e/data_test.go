@@ -156,28 +156,28 @@ func waitFlowCheckpoint(ctx context.Context, t testing.TB, store *meta.Store, na
 
 // waitFlowCheckpointTS is waitFlowCheckpoint that also returns the
 // checkpoint_ts it saw (at least ts). A flow that is not active fails the
-// test at once.
+// test at once: only an operator's resume makes it move again.
 func waitFlowCheckpointTS(ctx context.Context, t testing.TB, store *meta.Store, name string, ts uint64, timeout time.Duration) (meta.FlowID, uint64) {
 	t.Helper()
 	var id meta.FlowID
 	var ckpt uint64
-	waitFor(t, timeout, func() (bool, string) {
+	waitForOrStop(t, timeout, func() (bool, string, error) {
 		if id == 0 {
 			got, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, name)
 			if err != nil || !ok {
-				return false, fmt.Sprintf("flow %s not created (%v)", name, err)
+				return false, fmt.Sprintf("flow %s not created (%v)", name, err), nil
 			}
 			id = got
 		}
 		st, err := store.FlowState(ctx, id)
 		if err != nil {
-			return false, err.Error()
+			return false, err.Error(), nil
 		}
 		if st.Status != meta.StatusActive && st.Status != "" {
-			t.Fatalf("flow %s is %s: %s", name, st.Status, st.Error)
+			return false, "", fmt.Errorf("flow %s is %s: %s", name, st.Status, st.Error)
 		}
 		ckpt = st.CheckpointTS
-		return ckpt >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", name, ckpt, ts)
+		return ckpt >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", name, ckpt, ts), nil
 	})
 	return id, ckpt
 }
@@ -274,17 +274,27 @@ func applyOffsets(ctx context.Context, t testing.TB, brokers, group string) (kad
 	return endOffsets(ctx, t, adm), committed
 }
 
-// endOffsets returns the apply topic's end offsets.
+// endOffsets returns the apply topic's end offsets, failing the test if
+// they cannot be listed.
 func endOffsets(ctx context.Context, t testing.TB, adm *kadm.Client) kadm.ListedOffsets {
 	t.Helper()
+	end, err := listEndOffsets(ctx, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return end
+}
+
+// listEndOffsets returns the apply topic's end offsets.
+func listEndOffsets(ctx context.Context, adm *kadm.Client) (kadm.ListedOffsets, error) {
 	end, err := adm.ListEndOffsets(ctx, testenv.ApplyTopic)
 	if err == nil {
 		err = end.Error()
 	}
 	if err != nil {
-		t.Fatalf("end offsets: %v", err)
+		return nil, fmt.Errorf("end offsets of %s: %w", testenv.ApplyTopic, err)
 	}
-	return end
+	return end, nil
 }
 
 func newAdmin(t testing.TB, brokers string) *kadm.Client {

@@ -105,16 +105,30 @@ func faultMetric(t testing.TB, addr, name, labels string) (float64, bool) {
 }
 
 // faultStatus returns the consumer's /status document.
-func faultStatus(t testing.TB, addr string) pipeline.Status {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/status")
+func faultStatus(addr string) (pipeline.Status, error) {
+	var st pipeline.Status
+	cl := &http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/status")
 	if err != nil {
-		t.Fatalf("get /status: %v", err)
+		return st, fmt.Errorf("get /status: %w", err)
 	}
 	defer resp.Body.Close()
-	var st pipeline.Status
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("get /status: %s", resp.Status)
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("decode /status: %v", err)
+		return st, fmt.Errorf("decode /status: %w", err)
+	}
+	return st, nil
+}
+
+// mustFaultStatus is faultStatus for the test goroutine outside a poll: a
+// /status that does not answer fails the test.
+func mustFaultStatus(t testing.TB, addr string) pipeline.Status {
+	t.Helper()
+	st, err := faultStatus(addr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
@@ -144,20 +158,37 @@ func faultDirBytes(dir string) (files int, bytes int64) {
 	return files, bytes
 }
 
-func faultFlowState(t testing.TB, c *cluster) meta.FlowState {
-	t.Helper()
+// faultFlowState reads the state of faultFlow from store. The flow is
+// created by a DDL record that the consumer applies asynchronously, so a
+// flow not (yet) in Redis is an error like any other: inside a poll it
+// means "not yet".
+func faultFlowState(store *meta.Store) (meta.FlowState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
 	id, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, faultFlow)
-	if err != nil || !ok {
-		t.Fatalf("flow %s: %v (exists %v)", faultFlow, err, ok)
+	if err != nil {
+		return meta.FlowState{}, fmt.Errorf("flow %s: %w", faultFlow, err)
+	}
+	if !ok {
+		return meta.FlowState{}, fmt.Errorf("flow %s not created yet", faultFlow)
 	}
 	st, err := store.FlowState(ctx, id)
 	if err != nil {
-		t.Fatalf("flow state: %v", err)
+		return meta.FlowState{}, fmt.Errorf("flow %s: %w", faultFlow, err)
 	}
-	return st
+	return st, nil
+}
+
+// faultWaitStatus waits until faultFlow has status want.
+func faultWaitStatus(t testing.TB, store *meta.Store, want string, timeout time.Duration, what func() string) {
+	t.Helper()
+	waitFor(t, timeout, func() (bool, string) {
+		st, err := faultFlowState(store)
+		if err != nil {
+			return false, fmt.Sprintf("%v %s", err, what())
+		}
+		return st.Status == want, fmt.Sprintf("flow status %q, want %q %s", st.Status, want, what())
+	})
 }
 
 // TestGCSFaultsPartial: half of the GCS writes fail (503s and connection
@@ -188,8 +219,8 @@ func TestGCSFaultsPartial(t *testing.T) {
 	defer cancel()
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", meta.NewStore(c.Redis.Client(t), "flowlog", nil), partitions)
 	failures, _ := faultMetric(t, cons.Addr, "flowlog_flush_failures_total", `flow="default/`+faultFlow+`"`)
-	if st := faultFlowState(t, c); st.Status == meta.StatusFatal {
-		t.Errorf("flow is fatal after a partial outage: %s", st.Error)
+	if st, err := faultFlowState(meta.NewStore(c.Redis.Client(t), "flowlog", nil)); err != nil || st.Status == meta.StatusFatal {
+		t.Errorf("flow after a partial outage: status %q (%s), %v", st.Status, st.Error, err)
 	}
 	t.Logf("GCS partial faults: %d events produced (%d of the flow), %d backed up in %d chunks of %d metas; "+
 		"%d of %d write requests failed (%d 503s, %d resets); %v failed flush attempts; %d duplicates",
@@ -230,9 +261,9 @@ func TestGCSFaultsFatal(t *testing.T) {
 		"--fatal-after", "30", "--retry-backoff", "20ms", "--max-retry-delay", "100ms")
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(first)...)...)
 
-	waitFor(t, 60*time.Second, func() (bool, string) {
-		st := faultFlowState(t, c)
-		return st.Status == meta.StatusFatal, fmt.Sprintf("flow status %q after %d injected faults", st.Status, proxy.injected())
+	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
+	faultWaitStatus(t, store, meta.StatusFatal, 60*time.Second, func() string {
+		return fmt.Sprintf("after %d injected faults", proxy.injected())
 	})
 	injectedAtFatal := proxy.injected()
 	if v, ok := faultMetric(t, cons.Addr, "flowlog_flow_fatal", label); !ok || v != 1 {
@@ -243,15 +274,22 @@ func TestGCSFaultsFatal(t *testing.T) {
 		t.Errorf("flowlog_flush_failures_total{%s} = %v at fatal, want >= 30", label, failures)
 	}
 	waitFor(t, 10*time.Second, func() (bool, string) {
-		return faultStatus(t, cons.Addr).Paused, "/status fetching_paused is false"
+		st, err := faultStatus(cons.Addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.Paused, "/status fetching_paused is false"
 	})
 
 	// The second load arrives while fetching is stopped: offsets stand
-	// still, the temp files stay.
+	// still, the temp files stay. What is checked is that something does
+	// NOT happen, so no condition can end the wait: the 3 s are three
+	// flush intervals and many fetch polls in which a consumer that still
+	// fetched would move its offsets.
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(second)...)...)
-	before := faultNextOffsets(faultStatus(t, cons.Addr))
+	before := faultNextOffsets(mustFaultStatus(t, cons.Addr))
 	time.Sleep(3 * time.Second)
-	st := faultStatus(t, cons.Addr)
+	st := mustFaultStatus(t, cons.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	end, _ := applyOffsets(ctx, t, c.Broker.Addr, "flowlog")
@@ -267,14 +305,15 @@ func TestGCSFaultsFatal(t *testing.T) {
 
 	proxy.setFaults(0, fault503)
 	runProducer(t, "flow", "resume", "--brokers", c.Broker.Addr, "--name", faultFlow)
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		st := faultFlowState(t, c)
-		return st.Status == meta.StatusActive, fmt.Sprintf("flow status %q after resume", st.Status)
-	})
+	faultWaitStatus(t, store, meta.StatusActive, 30*time.Second, func() string { return "after resume" })
 	got, dup := faultCheckBackup(t, c, want, 60*time.Second)
-	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", meta.NewStore(c.Redis.Client(t), "flowlog", nil), partitions)
-	if st := faultFlowState(t, c); st.Status != meta.StatusActive {
-		t.Errorf("flow status %q after resume, want active", st.Status)
+	// A context of its own: the one above may have run out during the
+	// resume and the backup check.
+	endCtx, endCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer endCancel()
+	checkOffsetsAtEnd(endCtx, t, c.Broker.Addr, "flowlog", store, partitions)
+	if st, err := faultFlowState(store); err != nil || st.Status != meta.StatusActive {
+		t.Errorf("flow status %q (%v) after resume, want active", st.Status, err)
 	}
 	if v, ok := faultMetric(t, cons.Addr, "flowlog_flow_fatal", label); !ok || v != 0 {
 		t.Errorf("flowlog_flow_fatal{%s} = %v (present %v) after resume, want 0", label, v, ok)

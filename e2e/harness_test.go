@@ -111,11 +111,39 @@ func (c *cluster) consumerArgs(t testing.TB, name string) []string {
 	}
 }
 
-// startConsumer starts `consumer run` connected to c; extra flags come last
-// and so override the defaults of consumerArgs.
+// startConsumer starts `consumer run` connected to c; a flag of extra
+// replaces the default of consumerArgs, so each flag is passed once.
 func (c *cluster) startConsumer(t testing.TB, name string, extra ...string) *proc {
 	t.Helper()
-	return startConsumer(t, name, append(c.consumerArgs(t, name), extra...)...)
+	return startConsumer(t, name, overrideArgs(c.consumerArgs(t, name), extra...)...)
+}
+
+// overrideArgs returns defaults ("--flag value" pairs) with each flag that
+// extra also gives ("--flag value" or "--flag=value") set to extra's value
+// in place, and extra's other arguments appended in order. A flag given
+// twice would work (the last one wins) but reads as two settings in the
+// consumer's start line.
+func overrideArgs(defaults []string, extra ...string) []string {
+	out := append([]string(nil), defaults...)
+	at := map[string]int{} // flag -> index of its value in out
+	for i := 0; i+1 < len(out); i += 2 {
+		at[out[i]] = i + 1
+	}
+	for i := 0; i < len(extra); i++ {
+		a := extra[i]
+		if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "--") {
+			if j, ok := at[name]; ok {
+				out[j] = v
+				continue
+			}
+		} else if j, ok := at[a]; ok && i+1 < len(extra) {
+			out[j] = extra[i+1]
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // startConsumer starts `consumer run` with args, adding --http-addr on a
@@ -146,16 +174,32 @@ func startConsumer(t testing.TB, name string, args ...string) *proc {
 }
 
 // waitFor polls cond every 100ms until it returns true, failing the test
-// with cond's last message after timeout.
+// with cond's last message after timeout. cond must not fail the test: an
+// error it meets (a service that does not answer yet, a key not written
+// yet) is "not yet", and its message is what the timeout reports.
 func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	waitForOrStop(t, timeout, func() (bool, string, error) {
 		ok, msg := cond()
-		if ok {
+		return ok, msg, nil
+	})
+}
+
+// waitForOrStop is waitFor for a condition that can also become impossible:
+// cond returns a non-nil stop for an outcome that no waiting can change (the
+// process it waits on exited, the flow turned fatal), and waitForOrStop
+// fails the test with it at once instead of waiting out the timeout.
+func waitForOrStop(t testing.TB, timeout time.Duration, cond func() (ok bool, msg string, stop error)) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, msg, stop := cond()
+		switch {
+		case ok:
 			return
-		}
-		if time.Now().After(deadline) {
+		case stop != nil:
+			t.Fatalf("gave up waiting after %v: %v", time.Since(start).Round(time.Millisecond), stop)
+		case time.Since(start) > timeout:
 			t.Fatalf("not within %v: %s", timeout, msg)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -163,7 +207,8 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 }
 
 // consumeAll reads topic from the start until want records arrived (and
-// then briefly for any extra), failing the test after 30s.
+// then briefly for any extra), failing the test after 30s. A fetch error
+// is "not yet" (the client retries); the last one is reported on timeout.
 func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
@@ -173,6 +218,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	}
 	defer cl.Close()
 	var recs []*kgo.Record
+	var lastErr error
 	deadline := time.Now().Add(30 * time.Second)
 	for extra := false; ; {
 		wait := time.Until(deadline)
@@ -184,7 +230,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 		cancel()
 		fs.EachError(func(_ string, _ int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("fetch %s: %v", topic, err)
+				lastErr = err
 			}
 		})
 		recs = append(recs, fs.Records()...)
@@ -194,7 +240,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 		case len(recs) == want:
 			extra = true
 		case time.Now().After(deadline):
-			t.Fatalf("read %d records of %s, want %d", len(recs), topic, want)
+			t.Fatalf("read %d records of %s, want %d (last fetch error: %v)", len(recs), topic, want, lastErr)
 		}
 	}
 }
@@ -238,6 +284,31 @@ func TestLoadArgsRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, cfg) {
 		t.Fatalf("loadArgs(%+v) parses back as %+v", cfg, got)
+	}
+}
+
+// TestOverrideArgs checks that a test's flag replaces the harness default in
+// place instead of passing the flag a second time.
+func TestOverrideArgs(t *testing.T) {
+	defaults := []string{"--brokers", "b:1", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "4MiB"}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  []string
+	}{
+		{"none", nil, defaults},
+		{"pairs", []string{"--gcs-endpoint", "p:2", "--temp-dir", "/x"},
+			[]string{"--brokers", "b:1", "--gcs-endpoint", "p:2", "--temp-dir", "/x", "--flush-size", "4MiB"}},
+		{"equals form", []string{"--flush-size=1MiB"},
+			[]string{"--brokers", "b:1", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "1MiB"}},
+		{"new flags kept in order", []string{"--redact-logs=false", "--fatal-after", "30", "--brokers", "b:2"},
+			[]string{"--brokers", "b:2", "--gcs-endpoint", "g:1", "--temp-dir", "/t/d", "--flush-size", "4MiB", "--redact-logs=false", "--fatal-after", "30"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := overrideArgs(defaults, tc.extra...); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("overrideArgs(%q) =\n%q, want\n%q", tc.extra, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,8 +52,13 @@ func TestOpsLifecycle(t *testing.T) {
 	cons := c.startConsumer(t, "ops-term", append(slow, "--temp-dir", tempDir, "--shutdown-timeout", "20s")...)
 	base := "http://" + cons.Addr
 	var seen map[int32]int64
+	cl := &http.Client{Timeout: 5 * time.Second}
 	waitFor(t, 30*time.Second, func() (bool, string) {
-		seen = opsStatusNext(t, base)
+		next, err := opsStatusNextWith(cl, base)
+		if err != nil {
+			return false, err.Error()
+		}
+		seen = next
 		total := int64(0)
 		for _, n := range seen {
 			total += n
@@ -92,7 +98,10 @@ func TestOpsLifecycle(t *testing.T) {
 	// committed.
 	cons2 := c.startConsumer(t, "ops-twice", append(slow, "--session-timeout", "6s")...) // it dies in the group
 	waitFor(t, 30*time.Second, func() (bool, string) {
-		next := opsStatusNext(t, "http://"+cons2.Addr)
+		next, err := opsStatusNextWith(cl, "http://"+cons2.Addr)
+		if err != nil {
+			return false, err.Error()
+		}
 		for p, n := range next {
 			if n > committed[p]+100 {
 				return true, ""

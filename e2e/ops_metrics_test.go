@@ -114,12 +114,20 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 		}
 		return n
 	}
+	cl := &http.Client{Timeout: 5 * time.Second}
 	waitFor(t, 60*time.Second, func() (bool, string) {
-		next := opsStatusNext(t, base)
+		next, err := opsStatusNextWith(cl, base)
+		if err != nil {
+			return false, err.Error()
+		}
 		return backlog(next) == 0, fmt.Sprintf("/status next offsets %v, end %v", next, end)
 	})
 	waitFor(t, 5*time.Second, func() (bool, string) {
-		lag, n := scrapeMetrics(t, base).get("flowlog_consumer_lag_records")
+		m, err := scrapeMetricsWith(cl, base)
+		if err != nil {
+			return false, err.Error()
+		}
+		lag, n := m.get("flowlog_consumer_lag_records")
 		return n == partitions && lag == 0, fmt.Sprintf("consumer_lag_records: %d series, sum %v after the drain", n, lag)
 	})
 
@@ -137,7 +145,13 @@ func TestOpsMetricsAndHTTP(t *testing.T) {
 	}
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", store, partitions)
 	id := waitFlowCheckpoint(ctx, t, store, "f1", want.maxResolved, 30*time.Second)
-	time.Sleep(300 * time.Millisecond) // one more sample after the checkpoint
+	reached := time.Now()
+	waitFor(t, 10*time.Second, func() (bool, string) { // the samples include the final checkpoint
+		mu.Lock()
+		defer mu.Unlock()
+		n := len(samples)
+		return n > 0 && samples[n-1].at.After(reached), fmt.Sprintf("no sample taken since the checkpoint was reached (%d samples)", n)
+	})
 	close(stop)
 	<-done
 

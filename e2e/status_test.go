@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"testing"
-	"time"
 )
 
 // statusNext returns the next offset of each partition in the consumer's
@@ -44,15 +42,4 @@ func opsStatusNextWith(cl *http.Client, base string) (map[int32]int64, error) {
 		next[p] = max(n, 0)
 	}
 	return next, err
-}
-
-// opsStatusNext is opsStatusNextWith that fails the test when /status does
-// not answer.
-func opsStatusNext(t testing.TB, base string) map[int32]int64 {
-	t.Helper()
-	next, err := opsStatusNextWith(&http.Client{Timeout: 5 * time.Second}, base)
-	if err != nil {
-		t.Fatalf("status of %s: %v", base, err)
-	}
-	return next
 }

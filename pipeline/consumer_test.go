@@ -216,7 +216,7 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 
 	// A cycle with no data (only a heartbeat) still reports its resolved ts.
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(1000)})
-	r.eventually(10*time.Second, func() bool { return r.cons.Status().Partitions != nil && r.cons.Status().Partitions[0].Next == 1 }, "heartbeat consumed")
+	r.eventually(10*time.Second, func() bool { return r.next0() == 1 }, "heartbeat consumed")
 	r.flush()
 	readCk := func() uint64 {
 		rc, err := mb.Get(ctx, name)
@@ -238,7 +238,7 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 	}
 
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(2000)})
-	r.eventually(10*time.Second, func() bool { return r.cons.Status().Partitions[0].Next == 2 }, "second heartbeat consumed")
+	r.eventually(10*time.Second, func() bool { return r.next0() == 2 }, "second heartbeat consumed")
 	r.flush()
 	if got := readCk(); got != ts(2000) {
 		t.Fatalf("checkpoint = %d, want %d", got, ts(2000))
@@ -247,7 +247,7 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 	// A new region appears far behind: the partition's checkpoint drops,
 	// the global checkpoint does not go backwards.
 	r.produceBatch(&event.Batch{RegionID: 2, ResolvedTS: ts(1500)})
-	r.eventually(10*time.Second, func() bool { return r.cons.Status().Partitions[0].Next == 3 }, "third heartbeat consumed")
+	r.eventually(10*time.Second, func() bool { return r.next0() == 3 }, "third heartbeat consumed")
 	r.flush()
 	if got := readCk(); got != ts(2000) {
 		t.Fatalf("checkpoint moved to %d, want it to stay at %d", got, ts(2000))
@@ -343,7 +343,7 @@ func TestCheckpointRemembersSilentRegionsAcrossRestart(t *testing.T) {
 		t.Fatalf("checkpoint %d after restart, want it held at region 1's %d", st.CheckpointTS, ts(1000))
 	}
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(2500)})
-	r.eventually(10*time.Second, func() bool { return r.cons.Status().Partitions[0].Next == 4 }, "region 1 heartbeat")
+	r.eventually(10*time.Second, func() bool { return r.next0() == 4 }, "region 1 heartbeat")
 	r.flush()
 	if st, _ := r.store.FlowState(ctx, id); st.CheckpointTS != ts(2500) {
 		t.Fatalf("checkpoint %d, want %d", st.CheckpointTS, ts(2500))

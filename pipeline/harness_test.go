@@ -159,6 +159,17 @@ func (r *rig) flush() {
 	}
 }
 
+// next0 is the next offset of partition 0 in the consumer's Status, and -2
+// while it holds no partition (before its first assignment), so that a poll
+// on it reads "not yet" instead of indexing an empty list.
+func (r *rig) next0() int64 {
+	st := r.cons.Status()
+	if len(st.Partitions) == 0 {
+		return -2
+	}
+	return st.Partitions[0].Next
+}
+
 func (r *rig) eventually(d time.Duration, cond func() bool, what string) {
 	r.t.Helper()
 	deadline := time.Now().Add(d)
