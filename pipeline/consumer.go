@@ -35,6 +35,11 @@ type Deps struct {
 	RedactLogs bool // keep record keys and values out of logs (default on)
 }
 
+// ErrTempWrite marks a failed write of a temp file (disk full, I/O error):
+// the session's uncommitted data is dropped and consumed again from the
+// committed offsets once the consumer has paused and rejoined.
+var ErrTempWrite = errors.New("temp file write failed")
+
 // Consumer is the data path of DESIGN section 5 and the commit protocol of
 // section 7. It joins the consumer group on the apply topic; every polled
 // batch first passes the DDL barrier (Applier.CatchUp), then its events are
@@ -62,6 +67,9 @@ type Consumer struct {
 	// progress is when the consume loop last handled a record or found
 	// nothing waiting (UnixNano); /readyz reads it without a lock.
 	progress atomic.Int64
+	// tempFault is the last temp-file write error, until a cycle commits
+	// again (/readyz reports it).
+	tempFault atomic.Pointer[error]
 
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status
@@ -96,12 +104,33 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 // flushes and commits what it holds, leaves the group and returns nil. A
 // session that loses a lease (it was fenced) is dropped and a new one joins.
 func (c *Consumer) Run(ctx context.Context) error {
+	backoff := time.Second
 	for {
 		err := c.runSession(ctx)
-		if errors.Is(err, meta.ErrLeaseLost) && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, meta.ErrLeaseLost):
 			c.log.Warn("fenced: a partition lease moved to another member; dropping uncommitted state and rejoining", "err", err)
 			if err := cleanTempDir(c.cfg.TempDir); err != nil {
 				return err
+			}
+			continue
+		case errors.Is(err, ErrTempWrite):
+			// Disk full or failing: what was not committed cannot be
+			// trusted. Drop it, stay out of the group (no fetching) for a
+			// while, and consume it again from the committed offsets.
+			c.tempFault.Store(&err)
+			c.m.tempWriteErrors.Inc()
+			c.log.Error("writing temp files failed: uncommitted data dropped, consuming it again from the committed offsets after a pause",
+				"temp_dir", c.cfg.TempDir, "retry_in", backoff, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			if err := cleanTempDir(c.cfg.TempDir); err != nil {
+				c.log.Error("cleaning the temp dir failed; retrying", "temp_dir", c.cfg.TempDir, "err", err)
 			}
 			continue
 		}

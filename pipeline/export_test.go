@@ -11,3 +11,6 @@ func (c *Consumer) MetricEventsWritten() prometheus.Collector {
 func (c *Consumer) MetricFlowFatal(flow string) prometheus.Collector {
 	return c.m.flowFatal.WithLabelValues(flow)
 }
+
+// MetricTempWriteErrors exposes temp_write_errors_total to tests.
+func (c *Consumer) MetricTempWriteErrors() prometheus.Collector { return c.m.tempWriteErrors }

@@ -227,8 +227,12 @@ func (f *flusher) run(ctx context.Context) {
 			continue
 		}
 		f.finish(cyc, err)
-		if errors.Is(err, meta.ErrLeaseLost) {
-			f.c.m.cyclesTotal.WithLabelValues(cyc.trigger, "fenced").Inc()
+		if errors.Is(err, meta.ErrLeaseLost) || errors.Is(err, ErrTempWrite) {
+			result := "fenced"
+			if errors.Is(err, ErrTempWrite) {
+				result = "temp_write"
+			}
+			f.c.m.cyclesTotal.WithLabelValues(cyc.trigger, result).Inc()
 			f.mu.Lock()
 			f.err = err
 			rest := f.queue
@@ -265,7 +269,7 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 			c.m.flushDuration.WithLabelValues("total").Observe(time.Since(cyc.started).Seconds())
 			return nil
 		}
-		if errors.Is(err, meta.ErrLeaseLost) || ctx.Err() != nil {
+		if errors.Is(err, meta.ErrLeaseLost) || errors.Is(err, ErrTempWrite) || ctx.Err() != nil {
 			return err
 		}
 		c.m.cyclesTotal.WithLabelValues(cyc.trigger, "failed").Inc()
@@ -288,7 +292,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		start := time.Now()
 		for _, tf := range cyc.files {
 			if err := tf.close(); err != nil {
-				return err
+				return fmt.Errorf("%w: %w", ErrTempWrite, err)
 			}
 		}
 		cyc.flows = groupByFlow(cyc.files)
@@ -328,6 +332,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	}
 	c.m.flushDuration.WithLabelValues("commit").Observe(time.Since(start).Seconds())
 	f.recovered(cyc)
+	c.tempFault.Store(nil)
 
 	start = time.Now()
 	f.commitKafka(ctx, cyc)

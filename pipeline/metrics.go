@@ -9,20 +9,21 @@ import (
 // decoder, flows are "catalog/name" of registered flows, partitions those of
 // the apply topic.
 type metrics struct {
-	events         *prometheus.CounterVec
-	batchSeconds   prometheus.Histogram
-	tempWrite      *prometheus.HistogramVec
-	tempBytes      *prometheus.GaugeVec
-	maxTempBytes   prometheus.Gauge
-	flushDuration  *prometheus.HistogramVec
-	objectBytes    prometheus.Histogram
-	flushFailures  *prometheus.CounterVec
-	flowFatal      *prometheus.GaugeVec
-	checkpointTS   *prometheus.GaugeVec
-	checkpointLag  *prometheus.GaugeVec
-	consumerLag    *prometheus.GaugeVec
-	cyclesTotal    *prometheus.CounterVec
-	inflightCycles prometheus.Gauge
+	events          *prometheus.CounterVec
+	batchSeconds    prometheus.Histogram
+	tempWrite       *prometheus.HistogramVec
+	tempWriteErrors prometheus.Counter
+	tempBytes       *prometheus.GaugeVec
+	maxTempBytes    prometheus.Gauge
+	flushDuration   *prometheus.HistogramVec
+	objectBytes     prometheus.Histogram
+	flushFailures   *prometheus.CounterVec
+	flowFatal       *prometheus.GaugeVec
+	checkpointTS    *prometheus.GaugeVec
+	checkpointLag   *prometheus.GaugeVec
+	consumerLag     *prometheus.GaugeVec
+	cyclesTotal     *prometheus.CounterVec
+	inflightCycles  prometheus.Gauge
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -93,8 +94,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"topic", "partition"}),
 		cyclesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "flush_cycles_total",
-			Help: "Flush cycles by trigger (size, interval, revoke, ddl, shutdown, request) and result (ok, failed, fenced).",
+			Help: "Flush cycles by trigger (size, interval, files, revoke, ddl, shutdown, request) and result (ok, failed, fenced, temp_write).",
 		}, []string{"trigger", "result"}),
+		tempWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "temp_write_errors_total",
+			Help: "Sessions ended by a failed temp-file write (disk full, I/O error): uncommitted data was dropped and consumed again.",
+		}),
 		inflightCycles: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "flush_cycles_inflight",
 			Help: "Frozen flush cycles not yet committed.",
@@ -103,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

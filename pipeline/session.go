@@ -316,11 +316,11 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 				cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
 			tf, err := s.gen.file(key, f)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %w", ErrTempWrite, err)
 			}
 			before := tf.size
 			if err := tf.append(p.ev.Key, p.ev.Value, p.ts, p.beginTS); err != nil {
-				return err
+				return fmt.Errorf("%w: %w", ErrTempWrite, err)
 			}
 			s.gen.bytes += tf.size - before
 		}

@@ -107,6 +107,9 @@ func (c *Consumer) Status() Status {
 // --stall-timeout although records wait (a DLQ that refuses, a fatal flow, a
 // flush that never ends), and nil otherwise.
 func (c *Consumer) Stalled() error {
+	if p := c.tempFault.Load(); p != nil {
+		return fmt.Errorf("temp files cannot be written (nothing committed since): %w", *p)
+	}
 	if c.cfg.StallTimeout <= 0 {
 		return nil
 	}

@@ -214,7 +214,7 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 			return fmt.Errorf("chunk %s: %w", filepath.Base(tf.path), err)
 		}
 		if raw != tf.size {
-			return fmt.Errorf("chunk %s: read %d bytes, wrote %d", filepath.Base(tf.path), raw, tf.size)
+			return fmt.Errorf("%w: chunk %s: read %d bytes, wrote %d", ErrTempWrite, filepath.Base(tf.path), raw, tf.size)
 		}
 		m.Files = append(m.Files, sink.FileMeta{
 			Offset: off, Length: length, RawLength: raw, Compression: c.cfg.Compression,
