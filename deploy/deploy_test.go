@@ -297,7 +297,7 @@ func TestComposeConsumer(t *testing.T) {
 	// (unset: POST /flush only from inside the container).
 	optional := map[string]bool{"store-id": true, "kafka-tls-ca": true, "kafka-tls-cert": true,
 		"kafka-tls-key": true, "kafka-sasl-user": true, "kafka-sasl-password": true,
-		"admin-token": true, "admin-token-file": true}
+		"kafka-sasl-allow-plaintext": true, "admin-token": true, "admin-token-file": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := env["FLOWLOG_"+strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))]; !ok && !optional[f.Name] {
 			t.Errorf("consumer env: no FLOWLOG_ variable for --%s", f.Name)

@@ -40,7 +40,7 @@ var runSections = []flagSection{
 	{title: "Pipeline", names: []string{"temp-dir", "region-ttl", "start-offset", "store-id", "compression",
 		"upload-parallelism", "fatal-after", "retry-backoff", "shutdown-timeout"},
 		prefixes: []string{"flush-", "max-"}},
-	{title: "HTTP and logs", names: []string{"http-addr", "log-format", "redact-logs"}, prefixes: []string{"admin-"}},
+	{title: "HTTP and logs", names: []string{"http-addr", "log-format", "redact-logs", "stall-timeout"}, prefixes: []string{"admin-"}},
 }
 
 const runHelpIntro = `usage: consumer run [flags]
