@@ -99,23 +99,32 @@ func TestZombieFencing(t *testing.T) {
 	waitFlowCheckpoint(context.Background(), t, store, "zombie", max(st1.maxResolved, st2.maxResolved), 60*time.Second)
 
 	zombie.Signal(syscall.SIGCONT)
+	// Two outcomes are right, and which one comes depends on who moves
+	// first after SIGCONT: the zombie tries to commit and the lease check
+	// fences it, or its client learns that the session expired and drops
+	// the partitions before any commit.
+	fenced := false
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		n, err := zombieFenced(zombie)
 		if err != nil {
 			return false, err.Error()
 		}
-		return n >= 1, "zombie's flowlog_flush_cycles_total{result=\"fenced\"} is 0"
+		fenced = n >= 1
+		lost := crashLogLines(zombie, fromZombie, "partitions lost (the group session expired): dropping their uncommitted records; the new owner consumes them from the last commit")
+		return fenced || len(lost) > 0, "zombie neither fenced (flush_cycles_total{result=\"fenced\"} 0) nor told its partitions were lost"
 	})
-	waitFor(t, 10*time.Second, func() (bool, string) {
-		fenced := crashLogLines(zombie, fromZombie, "fenced: a partition lease moved to another member; dropping uncommitted state and rejoining")
-		return len(fenced) > 0, "zombie logged no \"fenced\" line after SIGCONT"
-	})
+	if fenced {
+		waitFor(t, 10*time.Second, func() (bool, string) {
+			lines := crashLogLines(zombie, fromZombie, "fenced: a partition lease moved to another member; dropping uncommitted state and rejoining")
+			return len(lines) > 0, "zombie logged no \"fenced\" line after SIGCONT"
+		})
+	}
 	// It rejoins and serves again.
 	crashWaitAssigned(t, zombie, fromZombie, 30*time.Second)
 
 	rep := oracleCheck(t, c, "zombie", []int64{1, 2}, cfg1, cfg2)
 	t.Logf("zombie: %d+%d events produced in %d+%d records; %s", st1.events, st2.events, st1.records, st2.records, rep)
-	if rep.unreferenced == 0 {
+	if fenced && rep.unreferenced == 0 {
 		t.Errorf("no unreferenced object: the zombie's fenced cycle should have left its uploads unreferenced")
 	}
 	crashCheckOffsetsAtEnd(t, c)

@@ -535,6 +535,10 @@ func (s *session) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 // onLost forgets partitions that were taken away without a revoke; what was
 // not committed for them will fail the lease check.
 func (s *session) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if len(lost[s.c.d.ApplyTopic]) > 0 {
+		s.c.log.Warn("partitions lost (the group session expired): dropping their uncommitted records; the new owner consumes them from the last commit",
+			"topic", s.c.d.ApplyTopic, "partitions", lost[s.c.d.ApplyTopic])
+	}
 	s.fl.forgetKafka(lost[s.c.d.ApplyTopic])
 	s.mu.Lock()
 	defer s.mu.Unlock()
