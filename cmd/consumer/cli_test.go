@@ -31,6 +31,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"bad value", []string{"flows", "--json=maybe"}, nil, 2,
 			[]string{`consumer flows: invalid boolean value "maybe" for -json: parse error (run 'consumer flows -h' for help)`}},
 		{"stray argument", []string{"flows", "extra"}, nil, 2, []string{`unexpected arguments ["extra"] (run 'consumer flows -h' for help)`}},
+		{"stray argument to restore", []string{"restore", "--flow", "f", "--out", "o", "extra"}, nil, 2,
+			[]string{`unexpected arguments ["extra"] (run 'consumer restore -h' for help)`}},
 		{"unknown command", []string{"flow"}, nil, 2, []string{`consumer: unknown command "flow" (run 'consumer help' for the list)`}},
 		{"bad environment", []string{"flows"}, []string{"FLOWLOG_JSON=maybe"}, 2,
 			[]string{`consumer flows: invalid environment: FLOWLOG_JSON="maybe": invalid value for --json: parse error`}},

@@ -61,20 +61,14 @@ func runRestore(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consumer restore", flag.ContinueOnError)
 	var cfg restoreConfig
 	cfg.RegisterFlags(fs)
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.conn.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	if cfg.Out == "" {
-		return fmt.Errorf("--out is required")
-	}
-	st, closeStore, err := cfg.conn.openStore()
+	st, closeStore, err := cfg.conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	if cfg.Out == "" {
+		return cli.Usagef("--out is required")
+	}
 	b, err := cfg.conn.openBucket(ctx)
 	if err != nil {
 		return err
