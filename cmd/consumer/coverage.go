@@ -128,3 +128,20 @@ func flowWindows(ctx context.Context, st flowStore, id meta.FlowID) ([]meta.Wind
 	slices.SortStableFunc(out, func(a, b meta.Window) int { return cmp.Compare(a.TableID, b.TableID) })
 	return out, nil
 }
+
+// lastWindowEnd is the latest until of flow id's current windows, and false
+// if one of them is still open or there is none.
+func lastWindowEnd(ctx context.Context, st flowStore, id meta.FlowID) (uint64, bool, error) {
+	cur, _, err := st.Windows(ctx, id)
+	if err != nil || len(cur) == 0 {
+		return 0, false, err
+	}
+	var end uint64
+	for _, w := range cur {
+		if w.Until == nil {
+			return 0, false, nil
+		}
+		end = max(end, *w.Until)
+	}
+	return end, true, nil
+}

@@ -100,6 +100,17 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 		return fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
 	case ts == 0:
 		ts = ckpt
+		if ref.Dropped {
+			// A dropped flow's windows all ended; its last checkpoint may
+			// lie past them (a replica that had not seen the drop yet).
+			if end, ok, err := lastWindowEnd(ctx, st, ref.ID); err != nil {
+				return err
+			} else if ok && end < ts {
+				fmt.Printf("flow %s/%s (id %d) was dropped: restoring as of the end of its last coverage window, %d (%s)\n",
+					ref.Catalog, ref.Name, ref.ID, end, tsTime(end))
+				ts = end
+			}
+		}
 	case ts > ckpt:
 		return fmt.Errorf("--ts %s is past the flow's checkpoint %d (%s): later data may still be incomplete",
 			cfg.TS.describe(), ckpt, tsTime(ckpt))
