@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,18 +41,12 @@ func openWindows(t *testing.T, st *meta.Store, lease meta.Lease) {
 // printed there, its stdout, and its error.
 func captureStderr(t *testing.T, fn func() error) (stderr, stdout string, err error) {
 	t.Helper()
-	r, w, perr := os.Pipe()
-	if perr != nil {
-		t.Fatal(perr)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	done := make(chan string)
-	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-	stdout, err = capture(t, fn)
-	os.Stderr = old
-	w.Close()
-	return <-done, stdout, err
+	stderr, err = captureFile(t, &os.Stderr, func() error {
+		var ferr error
+		stdout, ferr = capture(t, fn)
+		return ferr
+	})
+	return stderr, stdout, err
 }
 
 // Restore reads each table only inside the coverage window that holds --ts

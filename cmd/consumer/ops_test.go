@@ -26,16 +26,23 @@ import (
 // capture runs fn with os.Stdout redirected and returns what it printed.
 func capture(t *testing.T, fn func() error) (string, error) {
 	t.Helper()
+	return captureFile(t, &os.Stdout, fn)
+}
+
+// captureFile runs fn with *f (os.Stdout or os.Stderr) sent to a pipe and
+// returns what fn printed there.
+func captureFile(t *testing.T, f **os.File, fn func() error) (string, error) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := os.Stdout
-	os.Stdout = w
+	old := *f
+	*f = w
 	done := make(chan string)
 	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
 	ferr := fn()
-	os.Stdout = old
+	*f = old
 	w.Close()
 	return <-done, ferr
 }
