@@ -293,11 +293,13 @@ func TestComposeConsumer(t *testing.T) {
 	}
 	// Every setting is spelled out, except those whose default is right
 	// for the stack: --store-id (the container hostname, unique per replica)
-	// the TLS/SASL credentials of a plaintext broker, and the admin token
-	// (unset: POST /flush only from inside the container).
+	// the TLS/SASL credentials of a plaintext broker, the admin token
+	// (unset: POST /flush only from inside the container) and the KMS key
+	// (the emulator has no KMS).
 	optional := map[string]bool{"store-id": true, "kafka-tls-ca": true, "kafka-tls-cert": true,
 		"kafka-tls-key": true, "kafka-sasl-user": true, "kafka-sasl-password": true,
-		"kafka-sasl-allow-plaintext": true, "admin-token": true, "admin-token-file": true}
+		"kafka-sasl-allow-plaintext": true, "admin-token": true, "admin-token-file": true,
+		"gcs-kms-key": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := env["FLOWLOG_"+strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))]; !ok && !optional[f.Name] {
 			t.Errorf("consumer env: no FLOWLOG_ variable for --%s", f.Name)

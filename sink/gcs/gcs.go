@@ -27,6 +27,10 @@ type Config struct {
 	Bucket   string
 	Prefix   string
 	Endpoint string // host:port or URL of an emulator; empty: real GCS or STORAGE_EMULATOR_HOST
+	// KMSKey is the Cloud KMS key every object is written with (CMEK),
+	// projects/P/locations/L/keyRings/R/cryptoKeys/K; empty: the bucket's
+	// default encryption.
+	KMSKey string
 }
 
 // RegisterFlags registers the GCS flags on f.
@@ -34,6 +38,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.Bucket, "gcs-bucket", "flowlog", "GCS bucket the backups are written to")
 	f.StringVar(&c.Prefix, "gcs-prefix", "", "prefix of every object name (no leading or trailing slash)")
 	f.StringVar(&c.Endpoint, "gcs-endpoint", "", "GCS emulator endpoint, host:port or URL, without authentication (default: real GCS, or STORAGE_EMULATOR_HOST if set)")
+	f.StringVar(&c.KMSKey, "gcs-kms-key", "",
+		"Cloud KMS key every object is written with (CMEK), projects/P/locations/L/keyRings/R/cryptoKeys/K (default: the bucket's default encryption)")
 }
 
 // Validate reports every problem with c, one per line.
@@ -49,6 +55,11 @@ func (c *Config) Validate() error {
 		if c.Prefix != "" && (part == "" || part == "." || part == "..") {
 			errs = append(errs, fmt.Errorf("--gcs-prefix %q: empty, '.' or '..' path element", c.Prefix))
 			break
+		}
+	}
+	if c.KMSKey != "" {
+		if err := validateKMSKey(c.KMSKey); err != nil {
+			errs = append(errs, fmt.Errorf("--gcs-kms-key %q: %w", c.KMSKey, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -75,6 +86,7 @@ type Bucket struct {
 	client *storage.Client
 	bkt    *storage.BucketHandle
 	name   string
+	kmsKey string
 }
 
 var _ sink.Bucket = (*Bucket)(nil)
@@ -91,20 +103,28 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gcs client: %w", err)
 	}
-	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket}, nil
+	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket, kmsKey: cfg.KMSKey}, nil
+}
+
+// newWriter is the writer of every object flowlog writes (Upload and
+// Overwrite): CRC32C sent for server-side validation, the KMS key set.
+func (b *Bucket) newWriter(ctx context.Context, o *storage.ObjectHandle, obj sink.Object) *storage.Writer {
+	w := o.NewWriter(ctx)
+	w.CRC32C = obj.CRC32C
+	w.SendCRC32C = true
+	w.KMSKeyName = b.kmsKey
+	w.ChunkSize = 0
+	if obj.Size > chunkSize {
+		w.ChunkSize = chunkSize
+	}
+	return w
 }
 
 // Upload implements sink.Bucket.
 func (b *Bucket) Upload(ctx context.Context, obj sink.Object) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // aborts the write on any early return
-	w := b.bkt.Object(obj.Name).If(storage.Conditions{DoesNotExist: true}).NewWriter(ctx)
-	w.CRC32C = obj.CRC32C
-	w.SendCRC32C = true
-	w.ChunkSize = 0
-	if obj.Size > chunkSize {
-		w.ChunkSize = chunkSize
-	}
+	w := b.newWriter(ctx, b.bkt.Object(obj.Name).If(storage.Conditions{DoesNotExist: true}), obj)
 	n, err := io.Copy(w, obj.Body)
 	if err != nil {
 		cancel()

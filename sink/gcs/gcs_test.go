@@ -3,6 +3,7 @@ package gcs_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -40,11 +41,50 @@ func TestConfigValidate(t *testing.T) {
 		{gcs.Config{Bucket: "b", Prefix: "/x"}, false},
 		{gcs.Config{Bucket: "b", Prefix: "x/"}, false},
 		{gcs.Config{Bucket: "b", Prefix: "x/../y"}, false},
+		{gcs.Config{Bucket: "b", KMSKey: "projects/my-proj/locations/us/keyRings/ring_1/cryptoKeys/key-1"}, true},
+		{gcs.Config{Bucket: "b", KMSKey: "projects/example.com:p/locations/global/keyRings/r/cryptoKeys/k"}, true},
+		{gcs.Config{Bucket: "b", KMSKey: "projects/123456789/locations/europe-west4/keyRings/r/cryptoKeys/k"}, true},
 	} {
 		t.Run(fmt.Sprintf("%+v", tc.cfg), func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestKMSKeyValidate: a malformed --gcs-kms-key is one line that names the
+// flag, the value and what is wrong with it.
+func TestKMSKeyValidate(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"my-key", "want projects/P/locations/L/keyRings/R/cryptoKeys/K"},
+		{"projects/p/locations/us/keyRings/r", "want projects/P/locations/L/keyRings/R/cryptoKeys/K"},
+		{"projects/p/locations/us/keyRings/r/cryptoKeys/k/", "want projects/P"},
+		{"/projects/p/locations/us/keyRings/r/cryptoKeys/k", "want projects/P"},
+		{"project/p/locations/us/keyRings/r/cryptoKeys/k", "want projects/P"},
+		{"projects/p/locations/us/keyrings/r/cryptoKeys/k", "want projects/P"},
+		{"projects/p/locations/us/keyRings/r/cryptoKeys/k/cryptoKeyVersions/3", "names a key version: give the key itself"},
+		{"projects//locations/us/keyRings/r/cryptoKeys/k", `project "" is not a project id`},
+		{"projects/P/locations/us/keyRings/r/cryptoKeys/k", `project "P" is not a project id`},
+		{"projects/p/locations/US/keyRings/r/cryptoKeys/k", `location "US" is not a location`},
+		{"projects/p/locations/us/keyRings/r r/cryptoKeys/k", `key ring "r r" is not 1-63 letters`},
+		{"projects/p/locations/us/keyRings/r/cryptoKeys/" + strings.Repeat("k", 64), `key "kkk`},
+		{"projects/p/locations/us/keyRings/r/cryptoKeys/k\n", `key "k\n" is not`},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			err := (&gcs.Config{Bucket: "b", KMSKey: tc.key}).Validate()
+			if err == nil {
+				t.Fatal("Validate() = nil, want an error")
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "--gcs-kms-key ") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "\n") {
+				t.Errorf("Validate() = %q, want one line on --gcs-kms-key containing %q", msg, tc.want)
+			}
+		})
+	}
+	// Problems of other flags stay on lines of their own.
+	err := (&gcs.Config{KMSKey: "k"}).Validate()
+	if want := "--gcs-bucket: must not be empty\n--gcs-kms-key \"k\": want projects/P/locations/L/keyRings/R/cryptoKeys/K"; err == nil || err.Error() != want {
+		t.Errorf("Validate() = %q, want %q", err, want)
 	}
 }

@@ -9,14 +9,13 @@ import (
 )
 
 // Overwrite implements sink.Overwriter: a single-request write without a
-// precondition, so readers see the old or the new object, never none.
+// precondition, so readers see the old or the new object, never none. It
+// uses the KMS key of Upload.
 func (b *Bucket) Overwrite(ctx context.Context, obj sink.Object) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := b.bkt.Object(obj.Name).NewWriter(ctx)
-	w.CRC32C = obj.CRC32C
-	w.SendCRC32C = true
-	w.ChunkSize = 0
+	w := b.newWriter(ctx, b.bkt.Object(obj.Name), obj)
+	w.ChunkSize = 0 // one request whatever the size
 	if _, err := io.Copy(w, obj.Body); err != nil {
 		cancel()
 		_ = w.Close()
