@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,12 +84,14 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	if !found || global == 0 {
 		return nil
 	}
+	// One flow's failing checkpoint object must not hold the others back.
+	var errs []error
 	for _, fl := range c.d.Registry.Flows() {
 		if err := f.advanceFlow(ctx, fl, global); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64) error {

@@ -493,6 +493,14 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 			ps.next, ps.cycleFrom = o, o
 		} else {
 			ps.next, ps.cycleFrom = -1, -1 // set by the first record
+			if at := off.EpochOffset().Offset; at > 0 || at == -1 {
+				// Starting past the log start without a Redis offset (a
+				// Kafka commit, or --start-offset latest): records before
+				// were never routed here, and their ts is unknown. A
+				// coverage window may only start after them: now.
+				ps.cov.start.MaxTS = max(ps.cov.start.MaxTS, event.ComposeTS(time.Now().UnixMilli(), 0))
+				ps.maxTS = ps.cov.start.MaxTS
+			}
 		}
 		s.parts[p] = ps
 		c.log.Info("partition assigned", "topic", c.d.ApplyTopic, "partition", p, "lease_epoch", lease.Epoch, "start", offsetString(off, ps.next))
