@@ -25,9 +25,10 @@ import (
 // dropped, it reads the coverage windows from Redis and checks them against
 // the script's model, reads every referenced chunk and checks that each
 // produced event inside a window (up to the flow's checkpoint) is there
-// exactly once and nothing twice, and restores at the checkpoint and two
-// earlier ts: a table whose window holds T must equal the MVCC read of the
-// produced events inside that window, every other table must be left out.
+// exactly once and nothing twice, runs verify, and restores at the
+// checkpoint and two earlier ts: a table whose window holds T must equal the
+// MVCC read of the produced events inside that window, every other table
+// must be left out.
 
 // churnEvent is one produced write-CF event.
 type churnEvent struct {
@@ -224,6 +225,14 @@ func (o *churnOracle) checkFlow(ctx context.Context, f *churnFlow) churnFlowRepo
 	if missing+twice > 0 {
 		t.Errorf("flow %d: %d of %d events inside the coverage windows missing, %d stored more than once", id, missing, rep.inWindows, twice)
 		o.explainMissing(ctx, id, windows, rep.checkpoint, bk)
+	}
+
+	// verify agrees: every listed meta and chunk is there and sound.
+	if bk.metas > 0 {
+		res := oracleRun(t, "verify", o.c.oracleConn(), "--flow-id", strconv.FormatUint(uint64(id), 10))
+		if res.code != 0 || !strings.Contains(res.out, "  OK\n") {
+			t.Errorf("flow %d: consumer verify exited %d:\n%s", id, res.code, res.out)
+		}
 	}
 
 	// Restores at the checkpoint and two earlier ts.
