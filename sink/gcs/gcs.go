@@ -27,6 +27,11 @@ type Config struct {
 	Bucket   string
 	Prefix   string
 	Endpoint string // host:port or URL of an emulator; empty: real GCS or STORAGE_EMULATOR_HOST
+	// ChunkSize is the resumable-upload chunk of objects larger than it
+	// (the client buffers one chunk per upload); smaller objects go up in
+	// a single request. Not a flag: `consumer run` derives it from
+	// --max-memory. Zero means 16 MiB.
+	ChunkSize int64
 }
 
 // RegisterFlags registers the GCS flags on f.
@@ -66,15 +71,16 @@ func endpointURL(e string) string {
 	return e + "/"
 }
 
-// chunkSize is the resumable-upload chunk size for objects larger than it;
-// smaller objects go up in a single request.
-const chunkSize = 16 << 20
+// defaultChunkSize is the resumable-upload chunk size when Config leaves it
+// zero.
+const defaultChunkSize = 16 << 20
 
 // Bucket is a sink.Bucket on one GCS bucket.
 type Bucket struct {
 	client *storage.Client
 	bkt    *storage.BucketHandle
 	name   string
+	chunk  int64
 }
 
 var _ sink.Bucket = (*Bucket)(nil)
@@ -91,7 +97,11 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gcs client: %w", err)
 	}
-	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket}, nil
+	chunk := cfg.ChunkSize
+	if chunk <= 0 {
+		chunk = defaultChunkSize
+	}
+	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket, chunk: chunk}, nil
 }
 
 // Upload implements sink.Bucket.
@@ -102,8 +112,8 @@ func (b *Bucket) Upload(ctx context.Context, obj sink.Object) error {
 	w.CRC32C = obj.CRC32C
 	w.SendCRC32C = true
 	w.ChunkSize = 0
-	if obj.Size > chunkSize {
-		w.ChunkSize = chunkSize
+	if obj.Size > b.chunk {
+		w.ChunkSize = int(b.chunk)
 	}
 	n, err := io.Copy(w, obj.Body)
 	if err != nil {
