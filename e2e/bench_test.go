@@ -164,7 +164,7 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 		up := gcsAlone(ctx, b, c, prefix, defaults)
 		report(b, benchResult{events: events, raw: raw, pipe: pt.done.Sub(pt.first), pipeTotal: pt.done.Sub(start),
-			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, rss: hwm, disk: peakDisk})
+			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, mem: hwm, disk: peakDisk})
 	}
 }
 
@@ -191,9 +191,9 @@ type benchResult struct {
 	pipeTotal time.Duration // consumer start to everything committed
 	tail      time.Duration // last record handled to everything committed
 	up        uploadResult
-	cpu       float64 // consumer CPU seconds (user + system)
-	rss       int64   // consumer VmHWM, bytes
-	disk      int64   // peak bytes under --temp-dir
+	cpu       float64    // consumer CPU seconds (user + system)
+	mem       procMemory // consumer VmHWM, RssFile, RssAnon
+	disk      int64      // peak bytes under --temp-dir
 }
 
 // report reports the pipeline's time from its first record on (the group
@@ -219,18 +219,18 @@ func report(b *testing.B, r benchResult) {
 	b.ReportMetric(ratioTotal, "ratio_incl_join")
 	b.ReportMetric(r.tail.Seconds(), "pipeline_tail_s")
 	b.ReportMetric(cpuPerGB, "cpu_s/GB")
-	b.ReportMetric(float64(r.rss)/(1<<20), "peak_RSS_MiB")
+	b.ReportMetric(float64(r.mem.peak)/(1<<20), "peak_RSS_MiB")
 	b.ReportMetric(float64(r.disk)/1e6, "peak_temp_MB")
 	fmt.Printf("BenchmarkPipeline: %d records, %.1f MB of values (%d events: 1 in %d with %d B values, the rest %d B; %d partitions, %d regions, %d flows over overlapping tables; --flush-interval %s, other flags default):\n"+
 		"  pipeline  %.2fs first record to all committed, %.0f rec/s %.1f MB/s (%.2fs incl. start and join; %.2fs of it after the last record)\n"+
 		"  raw       %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. group join); ratio raw/pipeline %.2f (%.2f incl. join)\n"+
 		"  GCS alone %.2fs: the pipeline's %d objects (%.1f MB) of %d cycles uploaded again, %d flows at a time (%.1f MB/s)\n"+
-		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB, peak temp dir %.1f MB\n",
+		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB (at the end %.1f MiB of it file-backed, the binary; %.1f MiB anonymous), peak temp dir %.1f MB\n",
 		raw.records, mb, r.events, benchLargeShare, benchLargeValue, benchShortValue, benchPartitions, benchRegions, len(benchFlows), benchFlushInterval,
 		r.pipe.Seconds(), pipeRPS, pipeMBs, r.pipeTotal.Seconds(), r.tail.Seconds(),
 		rawData.Seconds(), rawRPS, rawMBs, raw.took.Seconds(), ratio, ratioTotal,
 		r.up.took.Seconds(), r.up.objects, float64(r.up.bytes)/1e6, r.up.cycles, r.up.parallel, float64(r.up.bytes)/1e6/r.up.took.Seconds(),
-		r.cpu, cpuPerGB, float64(r.rss)/(1<<20), float64(r.disk)/1e6)
+		r.cpu, cpuPerGB, float64(r.mem.peak)/(1<<20), float64(r.mem.file)/(1<<20), float64(r.mem.anonNow)/(1<<20), float64(r.disk)/1e6)
 }
 
 // logStageTimes logs the consumer's flush stage and batch handling
@@ -342,7 +342,8 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 			if next, err := statusNext(cl, "http://"+addr); err == nil {
 				now, sum, all := time.Now(), int64(0), len(next) == len(end)
 				for p, n := range next {
-					sum += max(n, 0)
+					n = max(n, 0) // -1: nothing consumed, as in a partition no region hashed to
+					sum += n
 					all = all && n == end[p]
 				}
 				if sum > 0 && pt.first.IsZero() {
@@ -395,24 +396,43 @@ func commitDone(ctx context.Context, store *meta.Store, ts uint64, end map[int32
 	return true, ""
 }
 
-// peakRSS returns the process's VmHWM in bytes.
-func peakRSS(p *proc) (int64, error) {
+// procMemory is what /proc/<pid>/status says of a process's memory, in
+// bytes.
+type procMemory struct {
+	peak    int64 // VmHWM: peak resident set
+	file    int64 // RssFile now: resident pages of mapped files (the binary's text)
+	anonNow int64 // RssAnon now
+}
+
+// peakRSS reads p's VmHWM, RssFile and RssAnon.
+func peakRSS(p *proc) (procMemory, error) {
 	p.mu.Lock()
 	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
+	var m procMemory
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return m, err
 	}
 	defer f.Close()
+	fields := map[string]*int64{"VmHWM:": &m.peak, "RssFile:": &m.file, "RssAnon:": &m.anonNow}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
+		for name, dst := range fields {
+			if v, ok := strings.CutPrefix(sc.Text(), name); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err != nil {
+					return m, fmt.Errorf("/proc/%d/status %s: %w", pid, name, err)
+				}
+				*dst = kb << 10
+				delete(fields, name)
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	if len(fields) > 0 {
+		return m, fmt.Errorf("/proc/%d/status lacks %d of VmHWM, RssFile, RssAnon", pid, len(fields))
+	}
+	return m, sc.Err()
 }
 
 // tempDiskSampler records the largest size of a temp dir it sees, every
