@@ -111,11 +111,12 @@ func (s *bpSampler) halt() {
 // stays flat, and all data arrives in the end.
 //
 // Slack: the consumer checks the bound after it has written a whole poll's
-// records, and a poll holds at most one fetch of max(--max-temp-bytes/4,
-// 1 MiB) bytes (pipeline.runSession); the temp dir also holds the spool of
-// the cycle being uploaded (its data object, a compressed copy of temp
-// files counted in the bound). So the bound checked is max-temp-bytes +
-// 1 MiB (one fetch) + max-temp-bytes (spools).
+// records, and a poll holds one fetch per broker (one here) of at most
+// max(--max-temp-bytes/8, 1 MiB) bytes (pipeline.Config.FetchOpts); the
+// temp dir also holds the spool of the cycle being uploaded (its data
+// object, a compressed copy of temp files counted in the bound). So the
+// bound checked is max-temp-bytes + 1 MiB (one fetch) + max-temp-bytes
+// (spools).
 func TestBackpressure(t *testing.T) {
 	const (
 		partitions   = 4

@@ -2,83 +2,158 @@ package e2e
 
 import (
 	"bufio"
-	"cloud.google.com/go/storage"
+	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"google.golang.org/api/iterator"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/storage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/api/iterator"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/sink"
+	"github.com/flowlog/flowlog/sink/gcs"
 )
+
+// benchEventsFlag sizes BenchmarkPipeline's load (FLOWLOG_BENCH_EVENTS when
+// not given).
+var benchEventsFlag = flag.Int("bench-events", 0, "BenchmarkPipeline: transactions in the load (default 300000, or FLOWLOG_BENCH_EVENTS)")
 
 // Benchmark shape: one load, produced once, consumed by both sides.
 const (
-	benchEvents     = 300_000
-	benchPartitions = 4
-	benchRegions    = 16
-	benchValueSize  = 200
-	// The pipeline's flush settings: a cycle every 0.8 s at most, as a
-	// deployment that wants a low checkpoint lag would run it.
+	benchDefaultEvents = 300_000
+	benchPartitions    = 8
+	benchRegions       = 16
+	// A quarter of the transactions write large values (TiKV puts them in
+	// the default CF, with a write-CF record pointing at them), the rest
+	// short values inlined in the write record.
+	benchShortValue = 200
+	benchLargeValue = 1024
+	benchLargeShare = 4 // one transaction in benchLargeShare is large
+	// The pipeline's flush interval: a cycle every 0.8 s at most, as a
+	// deployment that wants a low checkpoint lag would run it. Every
+	// other consumer flag is its default.
 	benchFlushInterval = "1s"
-	benchFlushSize     = "64MiB"
 )
 
+// benchFlows are three flows over overlapping tables: an event of table 2
+// or 3 goes to two flows.
+var benchFlows = []struct{ name, tables string }{
+	{"fbench-a", "1,2"},
+	{"fbench-b", "2,3"},
+	{"fbench-c", "3,4"},
+}
+
+// benchEvents is the load size: -bench-events, else FLOWLOG_BENCH_EVENTS,
+// else benchDefaultEvents.
+func benchEvents(b *testing.B) int {
+	if *benchEventsFlag > 0 {
+		return *benchEventsFlag
+	}
+	if v := os.Getenv("FLOWLOG_BENCH_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("FLOWLOG_BENCH_EVENTS=%q: want a positive number", v)
+		}
+		return n
+	}
+	return benchDefaultEvents
+}
+
+// benchLoads are the two loads of the benchmark, short values first, then
+// large ones; the second starts a day of TSO later, so every region's
+// commit and resolved ts keep rising across both.
+func benchLoads(events int) []loadgen.Config {
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	large := events / benchLargeShare
+	tables := []int64{1, 2, 3, 4}
+	return []loadgen.Config{
+		{Events: events - large, Tables: tables, Regions: benchRegions, ValueSize: benchShortValue, Seed: 9, StartTime: start},
+		{Events: large, Tables: tables, Regions: benchRegions, ValueSize: benchLargeValue, Seed: 10, StartTime: start.Add(24 * time.Hour)},
+	}
+}
+
 // BenchmarkPipeline measures, against the same broker process and the same
-// data, (a) raw franz-go consume throughput: a group consumer that polls and
-// discards records until it reaches the end offsets, and (b) the full
-// pipeline: a consumer process from empty state until its checkpoint reaches
-// the load's max resolved ts and its Redis offsets equal the end offsets,
-// that is, until everything is committed in GCS. Run it with
+// data, (a) raw franz-go consume throughput: a group consumer with the
+// pipeline's fetch options that polls and discards records until it
+// reaches the end offsets; (b) the full pipeline: a consumer process with
+// default flags (but --flush-interval) from empty state until every flow's
+// checkpoint reaches the load's max resolved ts and its Redis offsets equal
+// the end offsets, that is, until everything is committed in GCS; and (c)
+// the GCS emulator alone: the pipeline's own objects uploaded again, cycle
+// by cycle with the same parallelism, through the same GCS code. Run it
+// with
 //
-//	go test ./e2e -run '^$' -bench Pipeline -benchtime 1x
+//	go test ./e2e -run '^$' -bench Pipeline -benchtime 1x [-bench-events N]
 //
-// It reports records/s and MB/s (bytes of record values) of both, their
-// ratio (pipeline/raw) and the consumer process's peak RSS.
+// The load: -bench-events transactions (default 300,000) over 16 regions
+// and 4 tables, a quarter of them with 1 KiB values (default CF), the rest
+// with 200 B values; 8 partitions; 3 flows over overlapping tables. It
+// reports the three times, the consumer's CPU seconds per GB of record
+// values (utime+stime), its peak RSS (VmHWM) and the peak size of its temp
+// dir.
 func BenchmarkPipeline(b *testing.B) {
+	events := benchEvents(b)
 	c := startCluster(b, benchPartitions)
-	cfg := loadgen.Config{
-		Events: benchEvents, Tables: []int64{1, 2, 3}, Regions: benchRegions, ValueSize: benchValueSize,
-		Seed: 9, StartTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+	for _, f := range benchFlows {
+		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
 	}
-	runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", "fbench", "--tables", "1,2,3")
 	loadStart := time.Now()
-	out := runProducer(b, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
-	b.Logf("produced the load in %v", time.Since(loadStart).Round(time.Millisecond))
-	maxResolved, err := parseMaxResolved(out)
-	if err != nil {
-		b.Fatal(err)
+	var maxResolved uint64
+	for _, cfg := range benchLoads(events) {
+		out := benchProduce(b, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
+		res, err := parseMaxResolved(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		maxResolved = max(maxResolved, res)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Logf("produced the load in %v", time.Since(loadStart).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	adm := newAdmin(b, c.Broker.Addr)
 	end := map[int32]int64{}
 	endOffsets(ctx, b, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
 	adm.Close()
 	rdb := c.Redis.Client(b)
+	var defaults pipeline.Config
+	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 
 	b.ResetTimer()
 	for i := range b.N {
-		raw := rawConsume(ctx, b, c.Broker.Addr, fmt.Sprintf("bench-raw-%d", i), end)
+		raw := rawConsume(ctx, b, c.Broker.Addr, fmt.Sprintf("bench-raw-%d", i), end, defaults.FetchOpts())
 
 		prefix := fmt.Sprintf("bench%d", i)
 		store := meta.NewStore(rdb, prefix, nil)
+		tempDir := filepath.Join(b.TempDir(), "temp")
 		start := time.Now()
 		cons := c.startConsumer(b, fmt.Sprintf("bench-consumer-%d", i),
 			"--group", fmt.Sprintf("bench-pipe-%d", i), "--redis-prefix", prefix, "--gcs-prefix", prefix,
-			"--flush-interval", benchFlushInterval, "--flush-size", benchFlushSize)
-		pt := waitCommitted(ctx, b, cons.Addr, store, "fbench", maxResolved, end)
+			"--temp-dir", tempDir, "--flush-interval", benchFlushInterval, "--flush-size", defaults.FlushSize.String())
+		disk := sampleTempDisk(tempDir)
+		pt := waitCommitted(ctx, b, cons.Addr, store, maxResolved, end)
+		cpu := restoreProcCPU(cons)
+		peakDisk := disk.halt()
 		hwm, err := peakRSS(cons)
 		if err != nil {
 			b.Errorf("peak RSS: %v", err)
@@ -87,38 +162,75 @@ func BenchmarkPipeline(b *testing.B) {
 		if err := cons.Stop(); err != nil {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
-		report(b, raw, pt.done.Sub(pt.first), pt.done.Sub(start), pt.done.Sub(pt.consumed), hwm)
-		gcsCeiling(ctx, b, c, prefix, raw)
+		up := gcsAlone(ctx, b, c, prefix, defaults)
+		report(b, benchResult{events: events, raw: raw, pipe: pt.done.Sub(pt.first), pipeTotal: pt.done.Sub(start),
+			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, mem: hwm, disk: peakDisk})
 	}
 }
 
-// report reports both throughputs from the first record on (the group
-// join, about 3 s against kfake for either client, is excluded), their
-// ratio, the ratio with the join included, the pipeline's commit tail after
-// its last record, and the consumer's peak RSS.
-func report(b *testing.B, raw rawResult, pipe, pipeTotal, tail time.Duration, rss int64) {
+// benchProduce runs the producer with args like runProducer, with time for
+// a load of millions of events.
+func benchProduce(b *testing.B, args ...string) string {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(b, "producer"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("producer %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// benchResult is what one run of BenchmarkPipeline measured.
+type benchResult struct {
+	events    int
+	raw       rawResult
+	pipe      time.Duration // first record to everything committed
+	pipeTotal time.Duration // consumer start to everything committed
+	tail      time.Duration // last record handled to everything committed
+	up        uploadResult
+	cpu       float64    // consumer CPU seconds (user + system)
+	mem       procMemory // consumer VmHWM, RssFile, RssAnon
+	disk      int64      // peak bytes under --temp-dir
+}
+
+// report reports the pipeline's time from its first record on (the group
+// join, about 3 s against kfake for either client, is excluded), the raw
+// consume time and the emulator-alone upload time, throughputs and ratios,
+// the consumer's CPU seconds per GB of record values, its peak RSS and the
+// peak size of its temp dir.
+func report(b *testing.B, r benchResult) {
+	raw := r.raw
 	mb := float64(raw.bytes) / 1e6
 	rawData := raw.took - raw.first
 	rate := func(d time.Duration) (float64, float64) { return float64(raw.records) / d.Seconds(), mb / d.Seconds() }
 	rawRPS, rawMBs := rate(rawData)
-	pipeRPS, pipeMBs := rate(pipe)
-	ratio, ratioTotal := rawData.Seconds()/pipe.Seconds(), raw.took.Seconds()/pipeTotal.Seconds()
-	b.ReportMetric(rawRPS, "raw_records/s")
+	pipeRPS, pipeMBs := rate(r.pipe)
+	ratio, ratioTotal := rawData.Seconds()/r.pipe.Seconds(), raw.took.Seconds()/r.pipeTotal.Seconds()
+	cpuPerGB := r.cpu / (mb / 1e3)
+	b.ReportMetric(r.pipe.Seconds(), "pipeline_s")
+	b.ReportMetric(rawData.Seconds(), "raw_s")
+	b.ReportMetric(r.up.took.Seconds(), "gcs_alone_s")
 	b.ReportMetric(rawMBs, "raw_MB/s")
-	b.ReportMetric(pipeRPS, "pipeline_records/s")
 	b.ReportMetric(pipeMBs, "pipeline_MB/s")
 	b.ReportMetric(ratio, "ratio")
 	b.ReportMetric(ratioTotal, "ratio_incl_join")
-	b.ReportMetric(tail.Seconds(), "pipeline_tail_s")
-	b.ReportMetric(float64(rss)/(1<<20), "peak_RSS_MiB")
-	fmt.Printf("BenchmarkPipeline: %d records, %.1f MB of values (%d events, %d partitions, %d regions, value size %d, flush %s/%s):\n"+
-		"  raw      %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. group join)\n"+
-		"  pipeline %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. start and join; %.2fs of it after the last record)\n"+
-		"  ratio pipeline/raw %.2f (%.2f incl. join); consumer peak RSS %.1f MiB\n",
-		raw.records, mb, benchEvents, benchPartitions, benchRegions, benchValueSize, benchFlushInterval, benchFlushSize,
-		rawData.Seconds(), rawRPS, rawMBs, raw.took.Seconds(),
-		pipe.Seconds(), pipeRPS, pipeMBs, pipeTotal.Seconds(), tail.Seconds(),
-		ratio, ratioTotal, float64(rss)/(1<<20))
+	b.ReportMetric(r.tail.Seconds(), "pipeline_tail_s")
+	b.ReportMetric(cpuPerGB, "cpu_s/GB")
+	b.ReportMetric(float64(r.mem.peak)/(1<<20), "peak_RSS_MiB")
+	b.ReportMetric(float64(r.disk)/1e6, "peak_temp_MB")
+	fmt.Printf("BenchmarkPipeline: %d records, %.1f MB of values (%d events: 1 in %d with %d B values, the rest %d B; %d partitions, %d regions, %d flows over overlapping tables; --flush-interval %s, other flags default):\n"+
+		"  pipeline  %.2fs first record to all committed, %.0f rec/s %.1f MB/s (%.2fs incl. start and join; %.2fs of it after the last record)\n"+
+		"  raw       %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. group join); ratio raw/pipeline %.2f (%.2f incl. join)\n"+
+		"  GCS alone %.2fs: the pipeline's %d objects (%.1f MB) of %d cycles uploaded again, %d flows at a time (%.1f MB/s)\n"+
+		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB (at the end %.1f MiB of it file-backed, the binary; %.1f MiB anonymous), peak temp dir %.1f MB\n",
+		raw.records, mb, r.events, benchLargeShare, benchLargeValue, benchShortValue, benchPartitions, benchRegions, len(benchFlows), benchFlushInterval,
+		r.pipe.Seconds(), pipeRPS, pipeMBs, r.pipeTotal.Seconds(), r.tail.Seconds(),
+		rawData.Seconds(), rawRPS, rawMBs, raw.took.Seconds(), ratio, ratioTotal,
+		r.up.took.Seconds(), r.up.objects, float64(r.up.bytes)/1e6, r.up.cycles, r.up.parallel, float64(r.up.bytes)/1e6/r.up.took.Seconds(),
+		r.cpu, cpuPerGB, float64(r.mem.peak)/(1<<20), float64(r.mem.file)/(1<<20), float64(r.mem.anonNow)/(1<<20), float64(r.disk)/1e6)
 }
 
 // logStageTimes logs the consumer's flush stage and batch handling
@@ -163,15 +275,14 @@ type rawResult struct {
 	first          time.Duration // from creating the client to the first record (group join)
 }
 
-// rawConsume joins group with franz-go, using the pipeline's fetch sizes,
-// and polls from the start of the apply topic, discarding records, until
-// every partition reached its end offset. The time includes joining.
-func rawConsume(ctx context.Context, b *testing.B, brokers, group string, end map[int32]int64) rawResult {
+// rawConsume joins group with franz-go, using the pipeline's fetch options
+// (fetch), and polls from the start of the apply topic, discarding records,
+// until every partition reached its end offset. The time includes joining.
+func rawConsume(ctx context.Context, b *testing.B, brokers, group string, end map[int32]int64, fetch []kgo.Opt) rawResult {
 	b.Helper()
 	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumerGroup(group), kgo.ConsumeTopics(testenv.ApplyTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers), kgo.ConsumerGroup(group), kgo.ConsumeTopics(testenv.ApplyTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit()}, fetch...)...)
 	if err != nil {
 		b.Fatalf("kafka client: %v", err)
 	}
@@ -215,10 +326,11 @@ type pipeTimes struct {
 	done     time.Time // checkpoint and Redis offsets at the end
 }
 
-// waitCommitted polls (every 10 ms) until flow's checkpoint reaches ts and
-// every apply partition's Redis offset equals its end offset, watching the
-// consumer's /status at addr for its first record and its end of input.
-func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.Store, flow string, ts uint64, end map[int32]int64) pipeTimes {
+// waitCommitted polls (every 10 ms) until every bench flow's checkpoint
+// reaches ts and every apply partition's Redis offset equals its end
+// offset, watching the consumer's /status at addr for its first record and
+// its end of input.
+func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.Store, ts uint64, end map[int32]int64) pipeTimes {
 	b.Helper()
 	var (
 		pt  pipeTimes
@@ -230,7 +342,8 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 			if next, err := statusNext(cl, "http://"+addr); err == nil {
 				now, sum, all := time.Now(), int64(0), len(next) == len(end)
 				for p, n := range next {
-					sum += max(n, 0)
+					n = max(n, 0) // -1: nothing consumed, as in a partition no region hashed to
+					sum += n
 					all = all && n == end[p]
 				}
 				if sum > 0 && pt.first.IsZero() {
@@ -241,7 +354,7 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 				}
 			}
 		}
-		ok, m := commitDone(ctx, store, flow, ts, end)
+		ok, m := commitDone(ctx, store, ts, end)
 		if ok {
 			pt.done = time.Now()
 			if pt.consumed.IsZero() {
@@ -259,17 +372,21 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 	return pt
 }
 
-func commitDone(ctx context.Context, store *meta.Store, flow string, ts uint64, end map[int32]int64) (bool, string) {
-	id, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, flow)
-	if err != nil || !ok {
-		return false, fmt.Sprintf("flow %s not created (%v)", flow, err)
-	}
-	st, err := store.FlowState(ctx, id)
-	if err != nil {
-		return false, err.Error()
-	}
-	if st.CheckpointTS < ts {
-		return false, fmt.Sprintf("checkpoint %d < %d", st.CheckpointTS, ts)
+// commitDone reports whether every bench flow's checkpoint reached ts and
+// every partition's Redis offset its end, and if not, what is missing.
+func commitDone(ctx context.Context, store *meta.Store, ts uint64, end map[int32]int64) (bool, string) {
+	for _, f := range benchFlows {
+		id, ok, err := store.FlowIDByName(ctx, meta.DefaultCatalog, f.name)
+		if err != nil || !ok {
+			return false, fmt.Sprintf("flow %s not created (%v)", f.name, err)
+		}
+		st, err := store.FlowState(ctx, id)
+		if err != nil {
+			return false, err.Error()
+		}
+		if st.CheckpointTS < ts {
+			return false, fmt.Sprintf("flow %s: checkpoint %d < %d", f.name, st.CheckpointTS, ts)
+		}
 	}
 	for p, e := range end {
 		if o, _, err := store.Offset(ctx, testenv.ApplyTopic, p); err != nil || o != e {
@@ -279,33 +396,100 @@ func commitDone(ctx context.Context, store *meta.Store, flow string, ts uint64, 
 	return true, ""
 }
 
-// peakRSS returns the process's VmHWM in bytes.
-func peakRSS(p *proc) (int64, error) {
+// procMemory is what /proc/<pid>/status says of a process's memory, in
+// bytes.
+type procMemory struct {
+	peak    int64 // VmHWM: peak resident set
+	file    int64 // RssFile now: resident pages of mapped files (the binary's text)
+	anonNow int64 // RssAnon now
+}
+
+// peakRSS reads p's VmHWM, RssFile and RssAnon.
+func peakRSS(p *proc) (procMemory, error) {
 	p.mu.Lock()
 	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
+	var m procMemory
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return m, err
 	}
 	defer f.Close()
+	fields := map[string]*int64{"VmHWM:": &m.peak, "RssFile:": &m.file, "RssAnon:": &m.anonNow}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
+		for name, dst := range fields {
+			if v, ok := strings.CutPrefix(sc.Text(), name); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err != nil {
+					return m, fmt.Errorf("/proc/%d/status %s: %w", pid, name, err)
+				}
+				*dst = kb << 10
+				delete(fields, name)
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	if len(fields) > 0 {
+		return m, fmt.Errorf("/proc/%d/status lacks %d of VmHWM, RssFile, RssAnon", pid, len(fields))
+	}
+	return m, sc.Err()
 }
 
-// gcsCeiling uploads the data objects the pipeline wrote once more, straight
-// through the GCS client to the same emulator, and reports how long that
-// alone takes: the floor under any pipeline's time on this machine, and the
-// best pipeline/raw ratio the emulator allows.
-func gcsCeiling(ctx context.Context, b *testing.B, c *cluster, prefix string, raw rawResult) {
+// tempDiskSampler records the largest size of a temp dir it sees, every
+// 100 ms, until halted.
+type tempDiskSampler struct {
+	peak atomic.Int64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleTempDisk(dir string) *tempDiskSampler {
+	s := &tempDiskSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, n := faultDirBytes(dir)
+			if n > s.peak.Load() {
+				s.peak.Store(n)
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *tempDiskSampler) halt() int64 {
+	close(s.stop)
+	<-s.done
+	return s.peak.Load()
+}
+
+// uploadResult is what gcsAlone uploaded and how long it took.
+type uploadResult struct {
+	objects, cycles, parallel int
+	bytes                     int64
+	took                      time.Duration
+}
+
+// gcsAlone uploads the objects the pipeline wrote under prefix once more,
+// to the same emulator under "alone/", the way the pipeline's flush cycles
+// did: cycle after cycle, --upload-parallelism flows of a cycle at once,
+// each flow's data object and then its meta object, through the same GCS
+// code (sink/gcs, with the upload chunk `consumer run` derives from
+// --max-memory). Objects are read into memory a cycle at a time before
+// its clock starts. The time is the floor under any pipeline's on this
+// machine and emulator.
+func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg pipeline.Config) uploadResult {
 	bkt := c.GCS.Client.Bucket(c.GCS.Bucket)
-	var names []string
+	// cycle id -> flow id -> its data and meta object names, in order
+	type flowObjs struct{ data, meta string }
+	cycles := map[string]map[string]*flowObjs{}
 	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
 	for {
 		attrs, err := it.Next()
@@ -315,43 +499,94 @@ func gcsCeiling(ctx context.Context, b *testing.B, c *cluster, prefix string, ra
 		if err != nil {
 			b.Fatalf("list objects: %v", err)
 		}
-		if strings.HasSuffix(attrs.Name, ".log") {
-			names = append(names, attrs.Name)
+		base := path.Base(attrs.Name)
+		ext := path.Ext(base)
+		if ext != ".log" && ext != ".meta" {
+			continue // the global checkpoint
+		}
+		// <min_ts or min_resolved_ts>-<flow_id>-<cycle_id><ext>
+		parts := strings.SplitN(strings.TrimSuffix(base, ext), "-", 3)
+		if len(parts) != 3 {
+			b.Fatalf("object %s: name not <ts>-<flow_id>-<cycle_id>", attrs.Name)
+		}
+		flows := cycles[parts[2]]
+		if flows == nil {
+			flows = map[string]*flowObjs{}
+			cycles[parts[2]] = flows
+		}
+		fo := flows[parts[1]]
+		if fo == nil {
+			fo = &flowObjs{}
+			flows[parts[1]] = fo
+		}
+		if ext == ".log" {
+			fo.data = attrs.Name
+		} else {
+			fo.meta = attrs.Name
 		}
 	}
-	var took time.Duration
-	var n int64
-	for _, name := range names {
+	ids := slices.Sorted(maps.Keys(cycles))
+	gb, err := gcs.New(ctx, gcs.Config{Bucket: c.GCS.Bucket, Endpoint: c.GCS.Addr, ChunkSize: cfg.UploadChunkSize()})
+	if err != nil {
+		b.Fatalf("gcs: %v", err)
+	}
+	defer gb.Close()
+	res := uploadResult{cycles: len(ids), parallel: cfg.UploadParallel}
+	read := func(name string) []byte {
 		r, err := bkt.Object(name).NewReader(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer r.Close()
 		data, err := io.ReadAll(r)
-		r.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
+		return data
+	}
+	for _, id := range ids {
+		type flowBytes struct {
+			names  []string
+			bodies [][]byte
+		}
+		var flows []flowBytes
+		for _, fid := range slices.Sorted(maps.Keys(cycles[id])) {
+			fo := cycles[id][fid]
+			var fb flowBytes
+			for _, name := range []string{fo.data, fo.meta} {
+				if name == "" {
+					b.Fatalf("cycle %s flow %s: a data or meta object is missing", id, fid)
+				}
+				fb.names = append(fb.names, name)
+				fb.bodies = append(fb.bodies, read(name))
+				res.objects++
+				res.bytes += int64(len(fb.bodies[len(fb.bodies)-1]))
+			}
+			flows = append(flows, fb)
+		}
 		start := time.Now()
-		w := bkt.Object("ceiling/" + name).NewWriter(ctx)
-		if len(data) <= 16<<20 {
-			w.ChunkSize = 0
+		sem := make(chan struct{}, cfg.UploadParallel)
+		errs := make([]error, len(flows))
+		var wg sync.WaitGroup
+		for i, fb := range flows {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				for j, body := range fb.bodies {
+					err := gb.Upload(ctx, sink.Object{Name: "alone/" + fb.names[j], Body: bytes.NewReader(body),
+						Size: int64(len(body)), CRC32C: sink.CRC32C(body)})
+					if err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			})
 		}
-		if _, err := w.Write(data); err != nil {
-			b.Fatal(err)
+		wg.Wait()
+		res.took += time.Since(start)
+		if err := errors.Join(errs...); err != nil {
+			b.Fatalf("upload cycle %s again: %v", id, err)
 		}
-		if err := w.Close(); err != nil {
-			b.Fatal(err)
-		}
-		took += time.Since(start)
-		n += int64(len(data))
 	}
-	if took == 0 {
-		return
-	}
-	rawData := raw.took - raw.first
-	b.ReportMetric(float64(n)/1e6/took.Seconds(), "gcs_upload_MB/s")
-	b.ReportMetric(rawData.Seconds()/took.Seconds(), "ratio_ceiling_gcs")
-	fmt.Printf("  GCS emulator alone: the pipeline's %d data objects (%.1f MB) upload in %.2fs (%.1f MB/s);\n"+
-		"  no pipeline can beat ratio %.3f against this emulator on this machine\n",
-		len(names), float64(n)/1e6, took.Seconds(), float64(n)/1e6/took.Seconds(), rawData.Seconds()/took.Seconds())
+	return res
 }

@@ -50,6 +50,11 @@ type Config struct {
 	// files; fetching pauses while current and in-flight cycles hold more
 	// than twice as many. Zero means 10000.
 	MaxCycleFiles int
+	// MaxMemory is the memory the consumer plans for: the Go soft memory
+	// limit (unless GOMEMLIMIT is set; cmd/consumer applies it) and the
+	// source of the Kafka fetch bounds, the open temp file cap, the cycle
+	// file cap and the GCS upload chunk (memoryPlan). Zero means 128 MiB.
+	MaxMemory cli.Size
 }
 
 // RegisterFlags registers the pipeline flags on f.
@@ -58,12 +63,14 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.FlushSize = 128 << 20
 	c.MaxTempBytes = 4 << 30
 	c.MaxValueSize = 8 << 20
+	c.MaxMemory = defaultMaxMemory
 	f.StringVar(&c.TempDir, "temp-dir", "./flowlog-temp", "directory of its own for per-table temp files (leftovers are removed at start; a non-empty directory flowlog did not mark is refused)")
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
 	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
 	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files held open at once (a descriptor and a 32KiB buffer each; more are closed and reopened as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
+	f.Var(&c.MaxMemory, "max-memory", "memory to plan for: the Go soft memory limit unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply events with a key or value larger than this go to the DLQ")
 	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
 	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")
@@ -100,6 +107,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxCycleFiles < 0 {
 		errs = append(errs, errors.New("--max-cycle-files: must not be negative (0: the default)"))
+	}
+	if c.MaxMemory < 0 || c.MaxMemory > 0 && c.MaxMemory < minMaxMemory {
+		errs = append(errs, fmt.Errorf("--max-memory: %d bytes is below the minimum of 16MiB", int64(c.MaxMemory)))
 	}
 	if c.MaxValueSize <= 0 {
 		errs = append(errs, errors.New("--max-value-size: must be positive"))

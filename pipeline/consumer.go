@@ -82,8 +82,9 @@ type Consumer struct {
 }
 
 // New validates cfg and returns a Consumer. Leftover temp files of an earlier
-// process are removed, and --max-open-files is fitted to the process's open
-// file limit (applyFileLimits).
+// process are removed, --max-open-files is fitted to the process's open
+// file limit (applyFileLimits), and --max-open-files and --max-cycle-files
+// to --max-memory (applyMemoryLimits).
 func New(cfg Config, d Deps) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -95,6 +96,7 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 		return nil, err
 	}
 	cfg.applyFileLimits(d.Logger)
+	cfg.applyMemoryLimits(d.Logger)
 	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}
 	c.m.maxTempBytes.Set(float64(cfg.MaxTempBytes))
 	return c, nil
@@ -181,7 +183,6 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	if c.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	fetchMax := int32(min(64<<20, max(int64(c.cfg.MaxTempBytes)/4, 1<<20)))
 	opts := append(append([]kgo.Opt{}, c.d.KafkaOpts...), c.d.GroupOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.d.Group),
@@ -194,12 +195,11 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		kgo.AdjustFetchOffsetsFn(s.adjustOffsets),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
-		// A poll's records are all written before the --max-temp-bytes
-		// check pauses fetching, so a fetch is at most a quarter of it:
-		// that bounds the overshoot (DESIGN 5).
-		kgo.FetchMaxBytes(fetchMax),
-		kgo.FetchMaxPartitionBytes(min(fetchMax, 16<<20)),
 	)
+	// Fetch sizes, concurrency and wait from --max-memory; a poll is also
+	// at most a quarter of --max-temp-bytes, which bounds the overshoot of
+	// the fetch pause (Config.fetchMaxBytes).
+	opts = append(opts, c.cfg.FetchOpts()...)
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))

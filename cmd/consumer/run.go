@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -81,12 +82,28 @@ func runRun(ctx context.Context, args []string) error {
 	}
 	log := newLogger(cfg.LogFormat)
 	redis.SetLogger(redisLog{log: log})
+	applyMemoryLimit(log, cfg.pipe.MemoryBudget())
 	ctx, stop := signalContext(ctx, log)
 	defer stop()
 	if err := checkRedis(ctx, cfg.conn.Redis); err != nil {
 		return err
 	}
 	return serve(ctx, cfg, log, nil)
+}
+
+// applyMemoryLimit makes --max-memory the Go runtime's soft memory limit,
+// so that the garbage collector works harder rather than let the heap pass
+// it, unless GOMEMLIMIT is set: the runtime has read that already and it
+// stays (an operator's explicit limit for the runtime wins; --max-memory
+// still sizes fetches and buffers). `consumer dev` does not call it: its
+// process also holds the embedded Kafka and GCS.
+func applyMemoryLimit(log *slog.Logger, maxMemory int64) {
+	source := "GOMEMLIMIT"
+	if os.Getenv("GOMEMLIMIT") == "" {
+		source = "--max-memory"
+		debug.SetMemoryLimit(maxMemory)
+	}
+	log.Info("go memory limit", "memory_limit", debug.SetMemoryLimit(-1), "source", source)
 }
 
 // checkRedis fails at start, naming Redis's address, if it does not answer.
@@ -169,7 +186,9 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	defer applier.Close()
 
-	gb, err := gcs.New(ctx, cfg.conn.GCS)
+	gcsCfg := cfg.conn.GCS
+	gcsCfg.ChunkSize = cfg.pipe.UploadChunkSize() // upload buffers within --max-memory
+	gb, err := gcs.New(ctx, gcsCfg)
 	if err != nil {
 		return fmt.Errorf("gcs: %w", err)
 	}

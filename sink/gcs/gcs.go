@@ -31,6 +31,11 @@ type Config struct {
 	// projects/P/locations/L/keyRings/R/cryptoKeys/K; empty: the bucket's
 	// default encryption.
 	KMSKey string
+	// ChunkSize is the resumable-upload chunk of objects larger than it
+	// (the client buffers one chunk per upload); smaller objects go up in
+	// a single request. Not a flag: `consumer run` derives it from
+	// --max-memory. Zero means 16 MiB.
+	ChunkSize int64
 }
 
 // RegisterFlags registers the GCS flags on f.
@@ -77,9 +82,9 @@ func endpointURL(e string) string {
 	return e + "/"
 }
 
-// chunkSize is the resumable-upload chunk size for objects larger than it;
-// smaller objects go up in a single request.
-const chunkSize = 16 << 20
+// defaultChunkSize is the resumable-upload chunk size when Config leaves it
+// zero.
+const defaultChunkSize = 16 << 20
 
 // Bucket is a sink.Bucket on one GCS bucket.
 type Bucket struct {
@@ -87,6 +92,7 @@ type Bucket struct {
 	bkt    *storage.BucketHandle
 	name   string
 	kmsKey string
+	chunk  int64
 }
 
 var _ sink.Bucket = (*Bucket)(nil)
@@ -103,19 +109,24 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gcs client: %w", err)
 	}
-	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket, kmsKey: cfg.KMSKey}, nil
+	chunk := cfg.ChunkSize
+	if chunk <= 0 {
+		chunk = defaultChunkSize
+	}
+	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket, kmsKey: cfg.KMSKey, chunk: chunk}, nil
 }
 
 // newWriter is the writer of every object flowlog writes (Upload and
-// Overwrite): CRC32C sent for server-side validation, the KMS key set.
+// Overwrite): CRC32C sent for server-side validation, the KMS key set, and
+// objects larger than the chunk size uploaded in chunks.
 func (b *Bucket) newWriter(ctx context.Context, o *storage.ObjectHandle, obj sink.Object) *storage.Writer {
 	w := o.NewWriter(ctx)
 	w.CRC32C = obj.CRC32C
 	w.SendCRC32C = true
 	w.KMSKeyName = b.kmsKey
 	w.ChunkSize = 0
-	if obj.Size > chunkSize {
-		w.ChunkSize = chunkSize
+	if obj.Size > b.chunk {
+		w.ChunkSize = int(b.chunk)
 	}
 	return w
 }

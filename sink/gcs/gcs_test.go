@@ -1,8 +1,11 @@
 package gcs_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,5 +89,40 @@ func TestKMSKeyValidate(t *testing.T) {
 	err := (&gcs.Config{KMSKey: "k"}).Validate()
 	if want := "--gcs-bucket: must not be empty\n--gcs-kms-key \"k\": want projects/P/locations/L/keyRings/R/cryptoKeys/K"; err == nil || err.Error() != want {
 		t.Errorf("Validate() = %q, want %q", err, want)
+	}
+}
+
+// An object larger than Config.ChunkSize goes up as a resumable upload in
+// chunks of that size (what `consumer run` sizes from --max-memory); it
+// arrives whole, and the does-not-exist condition still holds for it.
+func TestChunkedUpload(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartGCS(t)
+	b, err := gcs.New(ctx, gcs.Config{Bucket: testenv.Bucket, Endpoint: srv.Endpoint(), ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	body := make([]byte, 1<<20+17)
+	for i := range body {
+		body[i] = byte(i * 7 % 251)
+	}
+	obj := func() sink.Object {
+		return sink.Object{Name: "big", Body: bytes.NewReader(body), Size: int64(len(body)), CRC32C: sink.CRC32C(body)}
+	}
+	if err := b.Upload(ctx, obj()); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	rc, err := b.Get(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read back %d bytes (%v), want the %d uploaded", len(got), err, len(body))
+	}
+	if err := b.Upload(ctx, obj()); !errors.Is(err, sink.ErrExists) {
+		t.Fatalf("second upload: %v, want ErrExists", err)
 	}
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlog/flowlog/internal/testenv"
+)
+
+// Issue 10 item 2: `consumer run` makes --max-memory (or
+// FLOWLOG_MAX_MEMORY) the Go soft memory limit, unless GOMEMLIMIT is set,
+// which then stays. The start log reports the limit the runtime has. A
+// refused Redis ends each run right after.
+func TestMaxMemorySetsGoMemoryLimit(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
+	args := []string{"run", "--redis-url", refused, "--gcs-endpoint", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		env    []string
+		limit  int64
+		source string
+	}{
+		{"default", nil, []string{"GOMEMLIMIT="}, 128 << 20, "--max-memory"},
+		{"flag", []string{"--max-memory", "64MiB"}, []string{"GOMEMLIMIT="}, 64 << 20, "--max-memory"},
+		{"environment", nil, []string{"GOMEMLIMIT=", "FLOWLOG_MAX_MEMORY=48MiB"}, 48 << 20, "--max-memory"},
+		{"GOMEMLIMIT wins", []string{"--max-memory", "64MiB"}, []string{"GOMEMLIMIT=300MiB"}, 300 << 20, "GOMEMLIMIT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runConsumer(t, 30*time.Second, tc.env, append(append([]string{}, args...), tc.args...)...)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1 (Redis refused); stderr:\n%s", r.code, r.stderr)
+			}
+			var found bool
+			for _, l := range strings.Split(r.stderr, "\n") {
+				var rec struct {
+					Msg    string `json:"msg"`
+					Limit  int64  `json:"memory_limit"`
+					Source string `json:"source"`
+				}
+				if json.Unmarshal([]byte(l), &rec) != nil || rec.Msg != "go memory limit" {
+					continue
+				}
+				found = true
+				if rec.Limit != tc.limit || rec.Source != tc.source {
+					t.Errorf("memory limit %d from %s, want %d from %s", rec.Limit, rec.Source, tc.limit, tc.source)
+				}
+			}
+			if !found {
+				t.Errorf("no \"go memory limit\" log line; stderr:\n%s", r.stderr)
+			}
+		})
+	}
+}
