@@ -144,13 +144,7 @@ func TestManyTinyTempFiles(t *testing.T) {
 			if err := r.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				t.Fatalf("produce: %v", err)
 			}
-			r.eventually(60*time.Second, func() bool {
-				var next int64
-				for _, p := range r.cons.Status().Partitions {
-					next += p.Next
-				}
-				return next == int64(len(recs))
-			}, "every record handled")
+			r.waitHandled(int64(len(recs)))
 			if tc.tweak != nil {
 				// Cycles started by the files' cost or count, with no
 				// flush requested and --flush-interval an hour.

@@ -262,3 +262,16 @@ func (b *faultyBucket) setFail(f func(n int) bool) {
 	b.fail = f
 	b.mu.Unlock()
 }
+
+// waitHandled waits until the consumer's next offsets, summed over its
+// partitions, reach n: every one of n produced records was handled.
+func (r *rig) waitHandled(n int64) {
+	r.t.Helper()
+	r.eventually(60*time.Second, func() bool {
+		var next int64
+		for _, p := range r.cons.Status().Partitions {
+			next += p.Next
+		}
+		return next == n
+	}, "every record handled")
+}

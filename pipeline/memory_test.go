@@ -134,13 +134,7 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	if err := r.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
-	r.eventually(60*time.Second, func() bool {
-		var next int64
-		for _, p := range r.cons.Status().Partitions {
-			next += p.Next
-		}
-		return next == int64(len(recs))
-	}, "every record handled")
+	r.waitHandled(int64(len(recs)))
 	r.flush()
 	peak := fds.halt()
 
