@@ -170,7 +170,7 @@ func BenchmarkPipeline(b *testing.B) {
 
 // benchProduce runs the producer with args like runProducer, with time for
 // a load of millions of events.
-func benchProduce(b *testing.B, args ...string) string {
+func benchProduce(b testing.TB, args ...string) string {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
