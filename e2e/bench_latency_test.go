@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,10 +107,13 @@ func BenchmarkLatency(b *testing.B) {
 		if err := cons.Stop(); err != nil {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
-		lat, bytes, span := recordLatencies(ctx, b, c.Broker.Addr, from, end, commits)
+		recs, bytes, span := recordLatencies(ctx, b, c.Broker.Addr, from, end, commits)
+		lat := make([]float64, len(recs))
+		for i, r := range recs {
+			lat[i] = r.latency
+		}
 		slices.Sort(lat)
-		q := func(p float64) float64 { return lat[min(len(lat)-1, int(math.Ceil(p*float64(len(lat))))-1)] }
-		p50, p99, worst := q(0.50), q(0.99), lat[len(lat)-1]
+		p50, p99, worst := quantile(lat, 0.50), quantile(lat, 0.99), lat[len(lat)-1]
 		mb := float64(bytes) / 1e6
 		b.ReportMetric(p50, "p50_s")
 		b.ReportMetric(p99, "p99_s")
@@ -119,12 +123,58 @@ func BenchmarkLatency(b *testing.B) {
 		b.ReportMetric(float64(mem.peak)/(1<<20), "peak_RSS_MiB")
 		fmt.Printf("BenchmarkLatency: %d records, %.1f MB of values produced over %.1fs (%.1f MB/s; asked %.1f MB/s for %v: %d transactions of %d B values at %.0f events/s; %d partitions, %d regions, %d flows; --flush-interval %v, other flags default):\n"+
 			"  produce -> committed in Redis per record: p50 %.2fs, p99 %.2fs, max %.2fs (target p99 <= %.1fs)\n"+
+			"  p99 per 10 s of produce time: %s\n"+
 			"  consumer %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB\n",
 			len(lat), mb, span.Seconds(), mb/span.Seconds(), *latencyRate, *latencyDuration, cfg.Events, cfg.ValueSize, eventsPerSec,
 			benchPartitions, benchRegions, len(benchFlows), *latencyFlush,
-			p50, p99, worst, (*latencyFlush + 2*time.Second).Seconds(),
+			p50, p99, worst, (*latencyFlush + 2*time.Second).Seconds(), windowP99(recs, 10*time.Second),
 			cpu, cpu/(mb/1e3), float64(mem.peak)/(1<<20))
 	}
+}
+
+// quantile is the q quantile (nearest rank) of sorted xs.
+func quantile(xs []float64, q float64) float64 {
+	return xs[max(0, min(len(xs)-1, int(math.Ceil(q*float64(len(xs))))-1))]
+}
+
+// windowP99 is the p99 latency of the records of each window of produce
+// time, in order: a p99 that grows window after window is a consumer
+// falling behind the load, a flat one a consumer keeping up.
+func windowP99(recs []recordLatency, w time.Duration) string {
+	if len(recs) == 0 {
+		return ""
+	}
+	first := recs[0].produced
+	for _, r := range recs {
+		if r.produced.Before(first) {
+			first = r.produced
+		}
+	}
+	var wins [][]float64
+	for _, r := range recs {
+		i := int(r.produced.Sub(first) / w)
+		for len(wins) <= i {
+			wins = append(wins, nil)
+		}
+		wins[i] = append(wins[i], r.latency)
+	}
+	var out []string
+	for _, l := range wins {
+		if len(l) == 0 {
+			out = append(out, "-")
+			continue
+		}
+		slices.Sort(l)
+		out = append(out, fmt.Sprintf("%.2fs", quantile(l, 0.99)))
+	}
+	return strings.Join(out, " ")
+}
+
+// recordLatency is one record's produce time and produce -> commit latency
+// in seconds.
+type recordLatency struct {
+	produced time.Time
+	latency  float64
 }
 
 // latencyPlan sizes a load of cfg's shape to bytesPerSec of record values
@@ -197,9 +247,9 @@ func (p *commitPoller) halt() map[int32][]commitSample {
 }
 
 // recordLatencies reads the records of every partition from from[p] to
-// end[p] and returns each record's produce -> commit latency in seconds,
-// the records' value bytes and the span of their timestamps.
-func recordLatencies(ctx context.Context, b *testing.B, brokers string, from, end map[int32]int64, commits map[int32][]commitSample) ([]float64, int64, time.Duration) {
+// end[p] and returns each record's produce -> commit latency, the records'
+// value bytes and the span of their timestamps.
+func recordLatencies(ctx context.Context, b *testing.B, brokers string, from, end map[int32]int64, commits map[int32][]commitSample) ([]recordLatency, int64, time.Duration) {
 	b.Helper()
 	offsets := map[string]map[int32]kgo.Offset{testenv.ApplyTopic: {}}
 	left := 0
@@ -215,7 +265,7 @@ func recordLatencies(ctx context.Context, b *testing.B, brokers string, from, en
 	}
 	defer cl.Close()
 	var (
-		lat         []float64
+		lat         []recordLatency
 		bytes       int64
 		first, last time.Time
 	)
@@ -238,7 +288,7 @@ func recordLatencies(ctx context.Context, b *testing.B, brokers string, from, en
 			if i == len(s) {
 				b.Fatalf("record %d/%d: never seen committed", r.Partition, r.Offset)
 			}
-			lat = append(lat, s[i].at.Sub(r.Timestamp).Seconds())
+			lat = append(lat, recordLatency{r.Timestamp, s[i].at.Sub(r.Timestamp).Seconds()})
 			bytes += int64(len(r.Value))
 			if first.IsZero() || r.Timestamp.Before(first) {
 				first = r.Timestamp

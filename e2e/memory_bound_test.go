@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,13 +84,21 @@ func TestConsumerMemoryBound(t *testing.T) {
 	for _, f := range benchFlows {
 		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
 	}
-	var maxResolved uint64
+	var (
+		maxResolved uint64
+		mb          float64 // produced, keys and values
+	)
 	for _, cfg := range benchLoads(events) {
-		res, err := parseMaxResolved(benchProduce(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...))
+		out := benchProduce(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
+		res, err := parseMaxResolved(out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		maxResolved = max(maxResolved, res)
+		if m := producedMBRE.FindStringSubmatch(out); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			mb += v
+		}
 	}
 	timeout := time.Minute + time.Duration(events/5000)*time.Second // 20 MB/s and more
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
@@ -117,11 +126,11 @@ func TestConsumerMemoryBound(t *testing.T) {
 		return ok, msg, nil
 	})
 	took := time.Since(start)
+	dog.halt()
 	mem, err := peakRSS(cons)
 	if err != nil {
 		t.Fatalf("peak RSS: %v", err)
 	}
-	dog.halt()
 	if err := cons.Stop(); err != nil {
 		t.Errorf("consumer exit after SIGTERM: %v", err)
 	}
@@ -132,12 +141,15 @@ func TestConsumerMemoryBound(t *testing.T) {
 	for _, o := range end {
 		records += o
 	}
-	t.Logf("%d events (%d records) committed in %v; VmHWM %.1f MiB (largest VmRSS sample %.1f MiB) against a bound of %d MiB",
-		events, records, took.Round(time.Millisecond), float64(mem.peak)/(1<<20), float64(dog.peak.Load())/(1<<20), memoryBound>>20)
+	t.Logf("%d events (%d records, %.1f MB) committed in %v; VmHWM %.1f MiB (largest VmRSS sample %.1f MiB) against a bound of %d MiB",
+		events, records, mb, took.Round(time.Millisecond), float64(mem.peak)/(1<<20), float64(dog.peak.Load())/(1<<20), memoryBound>>20)
 	if mem.peak >= memoryBound {
 		t.Errorf("consumer VmHWM %.1f MiB, want under %d MiB", float64(mem.peak)/(1<<20), memoryBound>>20)
 	}
 }
+
+// producedMBRE takes the MB from the producer's final line.
+var producedMBRE = regexp.MustCompile(`records \(([\d.]+) MB\)`)
 
 // memoryLimitLogged reads the consumer's JSON start line "go memory limit":
 // the limit in bytes and what it came from.

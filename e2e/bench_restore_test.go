@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/pipeline"
+)
+
+// restoreBenchMemory lists the --max-memory values BenchmarkRestore
+// restores with ("" is the restore's default).
+var restoreBenchMemory = flag.String("restore-max-memory", ",128MiB",
+	"BenchmarkRestore: comma-separated --max-memory values to restore with (empty: the default)")
+
+// restoreBenchFlow is the flow BenchmarkRestore restores: tables 2 and 3,
+// half of the load's events.
+const restoreBenchFlow = "fbench-b"
+
+// BenchmarkRestore backs up BenchmarkPipeline's load (same shape and
+// -bench-events knob, default 300,000 events; at 3,000,000 the restored
+// flow holds about 700 MB of log) with a consumer of default flags (but
+// --flush-interval), then restores flow fbench-b (tables 2 and 3) as of its
+// checkpoint with each -restore-max-memory value (default: the restore's
+// default, 256 MiB, and 128 MiB), each b.N times. It reports, per setting
+// and run, the MB/s of log the restore read (its own figure: uncompressed
+// chunk bytes over the time from planning to the last file written), its
+// wall time, its peak RSS (the kernel's maxrss of the process, which is
+// its VmHWM at exit), CPU and peak temp dir. Issue 10's targets: >= 150
+// MB/s and peak RSS <= --max-memory + 64 MiB. Run it with
+//
+//	go test ./e2e -run '^$' -bench Restore -benchtime 1x -timeout 60m -bench-events 3000000
+func BenchmarkRestore(b *testing.B) {
+	events := benchEvents(b)
+	c := startCluster(b, benchPartitions)
+	for _, f := range benchFlows {
+		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+	}
+	var maxResolved uint64
+	for _, cfg := range benchLoads(events) {
+		res, err := parseMaxResolved(benchProduce(b, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		maxResolved = max(maxResolved, res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	adm := newAdmin(b, c.Broker.Addr)
+	end := map[int32]int64{}
+	endOffsets(ctx, b, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
+	adm.Close()
+	var defaults pipeline.Config
+	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	cons := c.startConsumer(b, "restore-bench-backup", "--flush-interval", benchFlushInterval, "--flush-size", defaults.FlushSize.String())
+	start := time.Now()
+	waitCommitted(ctx, b, cons.Addr, meta.NewStore(c.Redis.Client(b), "flowlog", nil), maxResolved, end)
+	b.Logf("backed up %d events in %v", events, time.Since(start).Round(time.Millisecond))
+	if err := cons.Stop(); err != nil {
+		b.Fatalf("consumer exit after SIGTERM: %v", err)
+	}
+
+	b.ResetTimer()
+	for i := range b.N {
+		for _, mem := range strings.Split(*restoreBenchMemory, ",") {
+			r := restoreMeasured(ctx, b, c, mem)
+			budget := int64(256 << 20)
+			if mem != "" {
+				var s cli.Size
+				if err := s.Set(mem); err != nil {
+					b.Fatalf("-restore-max-memory %q: %v", mem, err)
+				}
+				budget = int64(s)
+			}
+			verdict := func(ok bool) string {
+				if ok {
+					return "met"
+				}
+				return "MISSED"
+			}
+			unit := "default"
+			if mem != "" {
+				unit = mem
+			}
+			b.ReportMetric(r.logMB/r.took.Seconds(), "MB/s_"+unit)
+			b.ReportMetric(float64(r.maxRSS)/(1<<20), "peak_RSS_MiB_"+unit)
+			fmt.Printf("BenchmarkRestore run %d, --max-memory %s (%d MiB): flow %s of %d events: %.1f MB of log in %.2fs = %.1f MB/s (target 150: %s); wall %.2fs; "+
+				"peak RSS %.1f MiB (target <= %d MiB: %s); CPU %.1fs user+sys; peak temp dir %.1f MB; %s\n",
+				i+1, unit, budget>>20, restoreBenchFlow, events, r.logMB, r.took.Seconds(), r.logMB/r.took.Seconds(), verdict(r.logMB/r.took.Seconds() >= 150),
+				r.wall.Seconds(), float64(r.maxRSS)/(1<<20), (budget>>20)+64, verdict(r.maxRSS <= budget+64<<20), r.cpu, float64(r.disk)/1e6, r.line)
+		}
+	}
+}
+
+// restoreMeasure is what one measured restore did.
+type restoreMeasure struct {
+	logMB  float64       // MB (1e6) of log read, from the restore's output
+	took   time.Duration // the restore's own time, from its output
+	wall   time.Duration // the process's, including connecting and listing metas
+	maxRSS int64         // bytes
+	cpu    float64       // user + system seconds
+	disk   int64         // peak bytes under --temp-dir
+	line   string        // the restore's summary line
+}
+
+var restoreSummaryRE = regexp.MustCompile(`(?m)^(\d+ tables, \d+ keys, \d+ chunks from \d+ metas, ([\d.]+) MiB of log in ([\d.]+)s .*)$`)
+
+// restoreMeasured restores restoreBenchFlow into a fresh directory with
+// --max-memory mem (none if empty) and measures it.
+func restoreMeasured(ctx context.Context, b *testing.B, c *cluster, mem string) restoreMeasure {
+	b.Helper()
+	dir := b.TempDir()
+	temp := filepath.Join(dir, "temp")
+	args := append([]string{"restore"}, restoreConnArgs(c)...)
+	args = append(args, "--flow", restoreBenchFlow, "--out", filepath.Join(dir, "out"), "--temp-dir", temp)
+	if mem != "" {
+		args = append(args, "--max-memory", mem)
+	}
+	cmd := exec.CommandContext(ctx, binary(b, "consumer"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := os.MkdirAll(temp, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	disk := sampleTempDisk(temp)
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start)
+	peakDisk := disk.halt()
+	if err != nil {
+		b.Fatalf("restore: %v\n%s", err, out.String())
+	}
+	m := restoreSummaryRE.FindStringSubmatch(out.String())
+	if m == nil {
+		b.Fatalf("no summary line in the restore's output:\n%s", out.String())
+	}
+	mib, _ := strconv.ParseFloat(m[2], 64)
+	secs, _ := strconv.ParseFloat(m[3], 64)
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		b.Fatalf("no rusage for the restore process")
+	}
+	return restoreMeasure{
+		logMB: mib * (1 << 20) / 1e6, took: time.Duration(secs * float64(time.Second)), wall: wall,
+		maxRSS: ru.Maxrss << 10, // kB on Linux
+		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(),
+		disk:   peakDisk, line: m[1],
+	}
+}
