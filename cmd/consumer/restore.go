@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,12 @@ func runRestore(ctx context.Context, args []string) error {
 	defer closeStore()
 	if cfg.Out == "" {
 		return cli.Usagef("--out is required")
+	}
+	// --max-memory is also the Go soft memory limit, as in `consumer run`
+	// (GOMEMLIMIT wins): without one the heap grows to twice the sort
+	// buffers (GOGC=100), whatever --max-memory says.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(cfg.MaxMemory))
 	}
 	b, err := cfg.conn.openBucket(ctx)
 	if err != nil {
