@@ -71,7 +71,7 @@ func memoryEvents(t *testing.T) int {
 // FLOWLOG_E2E_RACE=1 (whose shadow memory would multiply RSS: the test
 // skips then); a -race test binary is fine. The backlog is 400k events by
 // default; -memory-events 1650000 (FLOWLOG_MEMORY_TEST_EVENTS) is the
-// 700 MB of issue 10 (about 2 minutes), skipped with -short.
+// 700 MB of issue 10 (about a minute), skipped with -short.
 func TestConsumerMemoryBound(t *testing.T) {
 	if os.Getenv("FLOWLOG_E2E_RACE") == "1" {
 		t.Skip("FLOWLOG_E2E_RACE=1: a race-detector consumer's RSS says nothing about its memory bound")

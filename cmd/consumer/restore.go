@@ -39,7 +39,7 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.Tables, "tables", "", "comma-separated table ids to restore (default: all)")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while restoring")
 	c.MaxMemory = 256 << 20
-	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir")
+	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
 }
 
