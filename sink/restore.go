@@ -74,6 +74,10 @@ type RestoreStats struct {
 	// NoValue counts keys left out because their value was prewritten
 	// before the table's coverage window (see RestoreOptions.Windows).
 	NoValue int64
+	// FromSnapshot counts the tables read from a snapshot plus the log
+	// after it; SnapshotTS is the ts of the newest snapshot used.
+	FromSnapshot int
+	SnapshotTS   uint64
 }
 
 // TableWindow is the part of a table's coverage window a restore reads:
@@ -188,6 +192,10 @@ func mvccRead(ctx context.Context, o RestoreOptions, plan *restorePlan, out mvcc
 	}, st)
 	if err != nil {
 		return err
+	}
+	st.FromSnapshot = len(plan.bases)
+	for _, b := range plan.bases {
+		st.SnapshotTS = max(st.SnapshotTS, b.ts)
 	}
 	snaps := newSnapIter(ctx, o, plan.bases)
 	defer snaps.Close()

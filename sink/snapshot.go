@@ -77,7 +77,6 @@ type SnapshotStats struct {
 	MetaPath string
 	Objects  int   // objects uploaded, snapshot.meta included
 	Bytes    int64 // bytes uploaded
-	Bases    int   // tables computed from an older snapshot
 }
 
 // Snapshot computes the MVCC state of o.Windows' tables at o.TS exactly as
@@ -114,7 +113,6 @@ func Snapshot(ctx context.Context, o SnapshotOptions) (SnapshotStats, error) {
 	if err != nil {
 		return st, err
 	}
-	st.Bases = len(plan.bases)
 	dir, err := os.MkdirTemp(o.TempDir, "flowlog-snapshot-")
 	if err != nil {
 		return st, fmt.Errorf("snapshot: temp dir: %w", err)

@@ -81,7 +81,7 @@ func runRestore(ctx context.Context, args []string) error {
 // it lists the metas: metas only grow, so the list holds every cycle the
 // checkpoint covers, even if a cycle commits and the checkpoint moves in
 // between.
-func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucket) error {
+func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucket) error {
 	tables, err := cfg.tables()
 	if err != nil {
 		return err
@@ -90,30 +90,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	if err != nil {
 		return err
 	}
-	ckpt, err := checkpoint(ctx, st, b, &cfg.conn, ref)
+	ts, err := pickTS(ctx, st, b, &cfg.conn, ref, &cfg.TS, "restoring")
 	if err != nil {
 		return err
-	}
-	ts := cfg.TS.ts
-	switch {
-	case ckpt == 0:
-		return fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
-	case ts == 0:
-		ts = ckpt
-		if ref.Dropped {
-			// A dropped flow's windows all ended; its last checkpoint may
-			// lie past them (a replica that had not seen the drop yet).
-			if end, ok, err := lastWindowEnd(ctx, st, ref.ID); err != nil {
-				return err
-			} else if ok && end < ts {
-				fmt.Printf("flow %s/%s (id %d) was dropped: restoring as of the end of its last coverage window, %d (%s)\n",
-					ref.Catalog, ref.Name, ref.ID, end, tsTime(end))
-				ts = end
-			}
-		}
-	case ts > ckpt:
-		return fmt.Errorf("--ts %s is past the flow's checkpoint %d (%s): later data may still be incomplete",
-			cfg.TS.describe(), ckpt, tsTime(ckpt))
 	}
 	if err := listMetas(ctx, st, &ref); err != nil {
 		return err
@@ -125,13 +104,33 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	if err != nil {
 		return err
 	}
+	snaps, err := listSnapshots(ctx, st, ref.ID)
+	if err != nil {
+		return err
+	}
+	// After the lists: truncate removes metas and records the point in one
+	// MULTI, so this read knows of every truncation the lists reflect.
+	truncated, err := checkTruncated(ctx, st, ref, ts)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	stats, err := sink.Restore(ctx, sink.RestoreOptions{
 		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables, Windows: windows,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
+		Snapshots: snaps, TruncatedBefore: truncated,
 	})
-	var nd *sink.NoDataError
+	var (
+		nd *sink.NoDataError
+		te *sink.TruncatedError
+	)
 	switch {
+	case errors.As(err, &te) && te.Table >= 0:
+		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored as of %d: the log before the truncation point %d (%s) was removed and no listed snapshot at or after it holds the table's coverage window (restore the other tables with --tables)",
+			te.Table, ref.Catalog, ref.Name, ref.ID, ts, te.TruncatedBefore, tsTime(te.TruncatedBefore))
+	case errors.As(err, &te):
+		return fmt.Errorf("--ts %d (%s) is before the truncation point of flow %s/%s (id %d): the oldest restorable ts is %d (%s)",
+			ts, tsTime(ts), ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
 	case errors.Is(err, sink.ErrOutDirNotEmpty):
 		return fmt.Errorf("--out %s is not empty: pass --force to write into it (its <table_id>.jsonl files are replaced)", cfg.Out)
 	case errors.As(err, &nd) && nd.First == 0:
@@ -147,6 +146,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	fmt.Printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", ref.Catalog, ref.Name, ref.ID, ts, tsTime(ts), cfg.Out)
 	fmt.Printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, len(ref.Metas), mb, secs, mb/max(secs, 1e-9))
+	if stats.FromSnapshot > 0 {
+		fmt.Printf("%d tables started from the snapshot at %d (%s); only the log after it was read\n", stats.FromSnapshot, stats.SnapshotTS, tsTime(stats.SnapshotTS))
+	}
 	if stats.NoValue > 0 {
 		fmt.Printf("%d keys left out: their value was prewritten before their table's coverage window began, so the backup does not hold it\n", stats.NoValue)
 	}
