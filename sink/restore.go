@@ -107,6 +107,12 @@ type TableWindow struct {
 // Memory stays bounded: write records and default-CF values go through
 // external sorts keyed by the stored data key (memcomparable raw key, then
 // ts descending) and are merge-joined, so no table is held in memory.
+//
+// With o.Windows and o.Snapshots set, a table with a snapshot at S <= TS
+// cut from its window is read from that snapshot (streamed, already in key
+// order, every chunk's sha256 checked) merged with the log's write records
+// after S; the output is the same as from the log alone (see
+// restore_plan.go for which default-CF values that still needs).
 func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	var st RestoreStats
 	o.defaults()
@@ -123,7 +129,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if err := prepareOutDir(o.OutDir, o.Force); err != nil {
 		return st, err
 	}
-	out := &jsonlOut{w: newTableWriter(o.OutDir), tables: o.Tables}
+	out := &jsonlOut{w: newTableWriter(o.OutDir)}
 	defer out.w.finish()
 	err = mvccRead(ctx, o, plan, out, &st)
 	st.Tables = len(out.w.written)

@@ -173,8 +173,7 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, snaps *snapIter,
 
 // jsonlOut writes a restore's <table_id>.jsonl files.
 type jsonlOut struct {
-	w      *tableWriter
-	tables map[int64]bool
+	w *tableWriter
 }
 
 func (j *jsonlOut) live(tid int64, raw, _ []byte, commitTS uint64, val []byte) error {

@@ -28,7 +28,7 @@ commands:
   dev       run everything embedded (Kafka, GCS, Redis if none) with a demo flow and load
   restore   write a flow's tables as of a timestamp: restore --flow F [--ts T] --out DIR
   verify    check a flow's backup: verify --flow F
-  snapshot  write a flow's tables as of a timestamp as a snapshot restores start from: snapshot --flow F [--ts T]
+  snapshot  save a flow's tables as of a timestamp so restores start there: snapshot --flow F [--ts T]
   flows     list flows with their state and checkpoint
   status    show partitions, lag, temp bytes and the last cycle
 
