@@ -135,6 +135,13 @@ func Snapshot(ctx context.Context, o SnapshotOptions) (SnapshotStats, error) {
 		t.Since, t.Until = o.Windows[id].Since, o.Windows[id].Until
 		m.Tables = append(m.Tables, t)
 	}
+	// A snapshot that took longer than gc's grace period may have lost
+	// its first objects to gc before it is listed: check before listing.
+	for _, t := range m.Tables {
+		if _, err := o.Bucket.Size(ctx, t.DataPath); err != nil {
+			return st, fmt.Errorf("snapshot: %s, uploaded by this snapshot, is gone (was the snapshot slower than gc's --grace?): %w", t.DataPath, err)
+		}
+	}
 	raw, err := EncodeSnapshotMeta(m)
 	if err != nil {
 		return st, fmt.Errorf("snapshot: %w", err)
