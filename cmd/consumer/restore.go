@@ -27,6 +27,9 @@ type restoreConfig struct {
 	TempDir   string
 	MaxMemory cli.Size
 	Parallel  int
+	// Snapshots off reads the log alone (a cross-check, or a way around a
+	// damaged snapshot while the log is still whole).
+	Snapshots bool
 }
 
 func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
@@ -40,6 +43,7 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 256 << 20
 	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
+	f.BoolVar(&c.Snapshots, "snapshots", true, "start each table from its newest listed snapshot at or below --ts (false: read the log alone, which fails below the truncation point)")
 }
 
 func (c *restoreConfig) tables() (map[int64]bool, error) {
@@ -104,9 +108,11 @@ func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucke
 	if err != nil {
 		return err
 	}
-	snaps, err := listSnapshots(ctx, st, ref.ID)
-	if err != nil {
-		return err
+	var snaps []sink.SnapshotRef
+	if cfg.Snapshots {
+		if snaps, err = listSnapshots(ctx, st, ref.ID); err != nil {
+			return err
+		}
 	}
 	// After the lists: truncate removes metas and records the point in one
 	// MULTI, so this read knows of every truncation the lists reflect.

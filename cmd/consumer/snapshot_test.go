@@ -69,6 +69,21 @@ func TestSnapshotCommand(t *testing.T) {
 		t.Fatalf("table 1 = %v, want %v", got, want)
 	}
 
+	logOnly := filepath.Join(t.TempDir(), "log")
+	stdout, err = capture(t, func() error {
+		return runRestore(ctx, e.args("--flow", "f", "--out", logOnly, "--snapshots=false", "--temp-dir", t.TempDir()))
+	})
+	if err != nil || strings.Contains(stdout, "started from the snapshot") {
+		t.Fatalf("restore --snapshots=false: %v\n%s", err, stdout)
+	}
+	for _, f := range []string{"1.jsonl", "2.jsonl"} {
+		a, _ := os.ReadFile(filepath.Join(withSnap, f))
+		b, _ := os.ReadFile(filepath.Join(logOnly, f))
+		if string(a) != string(b) || len(a) == 0 {
+			t.Fatalf("%s: %q with the snapshot, %q from the log alone", f, a, b)
+		}
+	}
+
 	stdout, err = capture(t, func() error { return runVerify(ctx, e.args("--flow", "f")) })
 	if err != nil || !strings.Contains(stdout, "snapshots 1 (2 tables, 2 chunks") || !strings.Contains(stdout, "truncation point: none") {
 		t.Fatalf("verify: %v\n%s", err, stdout)
