@@ -158,7 +158,10 @@ func mvccRead(ctx context.Context, o RestoreOptions, plan *restorePlan, out mvcc
 	// the snapshot readers'; the sorters share the rest.
 	sortMem := max(o.MaxMemory-readerMemory(o.Parallel), 0)
 	if len(plan.bases) > 0 {
-		sortMem = max(sortMem-2*readerMemory(1), 0)
+		// The snapshot readers: Parallel chunks of values and one of
+		// no-value keys, each a batch being filled and two queued, plus the
+		// batch being merged.
+		sortMem = max(sortMem-readerMemory(o.Parallel+1)-int64(o.Parallel+2)*batchCap, 0)
 	}
 	writes := newExtSorter(tmp, "write", int(sortMem/2))
 	defer writes.close()

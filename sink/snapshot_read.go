@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/flowlog/flowlog/event"
 )
@@ -145,7 +146,7 @@ func newSnapIter(ctx context.Context, o RestoreOptions, bases map[int64]snapshot
 		}
 	}
 	limit := maxEntrySize(o.MaxMemory)
-	return &snapIter{vals: newSnapSeq(ctx, o.Bucket, vals, limit), novals: newSnapSeq(ctx, o.Bucket, novals, limit)}
+	return &snapIter{vals: newSnapSeq(ctx, o.Bucket, vals, limit, o.Parallel), novals: newSnapSeq(ctx, o.Bucket, novals, limit, 1)}
 }
 
 // fileMeta is c as the chunk readers take it.
@@ -181,15 +182,22 @@ func (s *snapIter) Close() error {
 	return nil
 }
 
-// snapSeq reads a sequence of snapshot chunks in order.
+// snapSeq reads a sequence of snapshot chunks in order, up to parallel of
+// them at once: each chunk has its own channel of batches, and the chunks'
+// channels come in order. An oversized batch (an entry larger than a batch)
+// may only be built by the chunk being consumed: each chunk's big token
+// starts taken and is handed over when the chunk becomes the head, so at
+// most one oversized batch exists at a time and a later chunk waiting for
+// the token never blocks the head.
 type snapSeq struct {
-	cancel  context.CancelFunc
-	batches chan entryBatch
-	errc    chan error
-	big     chan struct{}
-	cur     entryBatch
-	rest    []byte
-	have    bool // cur holds a batch
+	cancel context.CancelFunc
+	chunks chan *snapChunk
+	errc   chan error
+	cur    *snapChunk
+	batch  entryBatch
+	bbig   chan struct{} // big token of the chunk batch came from
+	have   bool          // batch is held
+	rest   []byte
 	// head
 	key, value []byte
 	table      int64
@@ -199,17 +207,46 @@ type snapSeq struct {
 	prev       []byte
 }
 
-func newSnapSeq(parent context.Context, b Bucket, jobs []chunkJob, limit int) *snapSeq {
+// snapChunk is one chunk being read.
+type snapChunk struct {
+	out chan entryBatch
+	big chan struct{}
+}
+
+func newSnapSeq(parent context.Context, b Bucket, jobs []chunkJob, limit, parallel int) *snapSeq {
 	ctx, cancel := context.WithCancel(parent)
-	s := &snapSeq{cancel: cancel, batches: make(chan entryBatch, 2), errc: make(chan error, 1), big: make(chan struct{}, 1)}
+	s := &snapSeq{cancel: cancel, chunks: make(chan *snapChunk, parallel), errc: make(chan error, 1)}
 	go func() {
-		defer close(s.batches)
+		var wg sync.WaitGroup
+		defer func() { wg.Wait(); close(s.chunks) }()
+		sem := make(chan struct{}, parallel)
 		for _, j := range jobs {
-			cs := chunkStream{ctx: ctx, job: j, out: s.batches, big: s.big, limit: limit}
-			if err := cs.run(b); err != nil {
-				s.errc <- err
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
 				return
 			}
+			c := &snapChunk{out: make(chan entryBatch, 2), big: make(chan struct{}, 1)}
+			c.big <- struct{}{} // taken until the chunk is the head
+			select {
+			case s.chunks <- c:
+			case <-ctx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				defer close(c.out)
+				cs := chunkStream{ctx: ctx, job: j, out: c.out, big: c.big, limit: limit}
+				if err := cs.run(b); err != nil {
+					select {
+					case s.errc <- err:
+					default:
+					}
+					cancel()
+				}
+			}()
 		}
 	}()
 	return s
@@ -223,29 +260,54 @@ func (s *snapSeq) peek() error {
 	s.started, s.taken = true, false
 	for len(s.rest) == 0 {
 		s.release()
-		b, ok := <-s.batches
-		if !ok {
-			select {
-			case err := <-s.errc:
-				return err
-			default:
+		if s.cur == nil {
+			c, ok := <-s.chunks
+			if !ok {
+				return s.end()
 			}
-			s.ok = false
-			return nil
+			<-c.big // the head may build an oversized batch
+			s.cur = c
 		}
-		s.cur, s.have, s.rest = b, true, b.data
+		b, ok := <-s.cur.out
+		if !ok {
+			s.cur = nil
+			if err := s.failed(); err != nil {
+				return err
+			}
+			continue
+		}
+		s.batch, s.bbig, s.have, s.rest = b, s.cur.big, true, b.data
 	}
 	k, v, r, err := event.NextEntry(s.rest)
 	if err != nil {
-		return fmt.Errorf("chunk %d of %s: %w", s.cur.job.index, s.cur.job.path, err)
+		return fmt.Errorf("chunk %d of %s: %w", s.batch.job.index, s.batch.job.path, err)
 	}
 	if s.prev != nil && bytes.Compare(k, s.prev) <= 0 {
-		return &ChecksumError{Object: s.cur.job.path, Chunk: s.cur.job.index, Offset: s.cur.job.f.Offset,
+		return &ChecksumError{Object: s.batch.job.path, Chunk: s.batch.job.index, Offset: s.batch.job.f.Offset,
 			Err: errors.New("snapshot keys do not increase")}
 	}
 	s.prev = append(s.prev[:0], k...)
 	s.rest = r
-	s.key, s.value, s.table, s.ok = k, v, s.cur.job.f.TableID, true
+	s.key, s.value, s.table, s.ok = k, v, s.batch.job.f.TableID, true
+	return nil
+}
+
+// failed returns a reader's error, if one failed.
+func (s *snapSeq) failed() error {
+	select {
+	case err := <-s.errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// end is the end of the chunks: an error if a reader failed.
+func (s *snapSeq) end() error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	s.ok = false
 	return nil
 }
 
@@ -254,21 +316,26 @@ func (s *snapSeq) release() {
 	if !s.have {
 		return
 	}
-	putBatchBuf(s.cur.data)
-	if s.cur.big {
-		<-s.big
+	putBatchBuf(s.batch.data)
+	if s.batch.big {
+		<-s.bbig
 	}
 	s.have = false
 }
 
-// close stops the reader goroutine and waits for it.
+// close stops the readers and waits for them.
 func (s *snapSeq) close() {
 	s.cancel()
 	s.release()
-	for b := range s.batches {
-		putBatchBuf(b.data)
-		if b.big {
-			<-s.big
+	drain := func(c *snapChunk) {
+		for b := range c.out {
+			putBatchBuf(b.data)
 		}
+	}
+	if s.cur != nil {
+		drain(s.cur)
+	}
+	for c := range s.chunks {
+		drain(c)
 	}
 }

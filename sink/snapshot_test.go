@@ -275,3 +275,37 @@ func sameDirs(t *testing.T, what, a, b string) {
 		}
 	}
 }
+
+// TestSnapshotLargeValues restores from a snapshot whose chunks hold
+// values larger than a reader's batch, several chunks read at once: the
+// oversized batches go through one at a time, in order, and the result is
+// the log's.
+func TestSnapshotLargeValues(t *testing.T) {
+	ctx := context.Background()
+	b := sink.NewMemBucket()
+	var es []sinktest.Entry
+	for h := range int64(12) {
+		v := bytes.Repeat([]byte{byte('a' + h)}, 100)
+		if h%3 == 0 {
+			v = bytes.Repeat([]byte{byte('a' + h)}, 3<<20)
+		}
+		es = append(es, sinktest.DefaultPut(1, h, 10+uint64(h), v), sinktest.WritePut(1, h, 10+uint64(h), 50+uint64(h), v, false))
+	}
+	_, mp := sinktest.WriteCycle(t, b, sinktest.Cycle{Catalog: "default", Flow: "f", FlowID: 1, CycleID: "c1", ResolvedTS: 100,
+		Compression: sink.CompressionZstd, Entries: es})
+	st, err := sink.Snapshot(ctx, sink.SnapshotOptions{Bucket: b, Flow: testFlow, MetaPaths: []string{mp}, TS: 100,
+		Windows: map[int64]sink.SnapshotWindow{1: {Since: 1}}, TempDir: t.TempDir(), ChunkSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := func(snaps []sink.SnapshotRef) string {
+		out := t.TempDir()
+		rs, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: []string{mp}, TS: 100, OutDir: out, Force: true,
+			Windows: map[int64]sink.TableWindow{1: {Since: 1, Until: 100}}, Snapshots: snaps, TempDir: t.TempDir(), Parallel: 4})
+		if err != nil || rs.Keys != 12 || rs.FromSnapshot != len(snaps) {
+			t.Fatalf("restore with %d snapshots: %+v, %v", len(snaps), rs, err)
+		}
+		return out
+	}
+	sameDirs(t, "large values", restore(nil), restore([]sink.SnapshotRef{{TS: 100, Path: st.MetaPath}}))
+}
