@@ -31,12 +31,11 @@ var (
 // -snapbench-mib of log (3 tables of -snapbench-keys rows, updated over and
 // over: short values inline, 30% 1 KiB values through the default CF, 10%
 // deletes), through the real consumer process against fake-gcs-server and
-// Redis: a restore at the checkpoint from the log alone, then
-// `consumer snapshot` at 90% of the history, then the same restore again,
-// which starts from the snapshot. It reports both restores' wall time and
-// peak RSS (the child process's ru_maxrss), the speedup, and the snapshot's
-// throughput in MiB/s of log read, and checks that both restores wrote the
-// same bytes.
+// Redis: `consumer snapshot` at 90% of the history, then restores at the
+// checkpoint from the log alone (--snapshots=false) and from the snapshot,
+// twice each, alternating. It reports the faster run of each restore, their
+// peak RSS (VmHWM), the speedup, and the snapshot's throughput in MiB/s of
+// log read, and checks that both restores wrote the same bytes.
 func BenchmarkSnapshotRestore(b *testing.B) {
 	ctx := context.Background()
 	rd, g := testenv.StartRedis(b), testenv.StartGCS(b)
@@ -86,9 +85,23 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 	}
 	for b.Loop() {
 		logOut, snapOut := b.TempDir(), b.TempDir()
-		logRun, logRSS := run("restore", "--flow", "f", "--out", logOut, "--temp-dir", b.TempDir())
 		snapRun, snapRSS := run("snapshot", "--flow", "f", "--ts", fmt.Sprint(snapTS), "--temp-dir", b.TempDir())
-		withRun, withRSS := run("restore", "--flow", "f", "--out", snapOut, "--temp-dir", b.TempDir())
+		// Each restore twice, alternating, keeping the faster run: the
+		// machine these run on is shared and noisy.
+		var logRun, withRun procResult
+		var logRSS, withRSS float64
+		for range 2 {
+			r, rss := run("restore", "--flow", "f", "--snapshots=false", "--out", logOut, "--force", "--temp-dir", b.TempDir())
+			if logRun.took == 0 || r.took < logRun.took {
+				logRun = r
+			}
+			logRSS = max(logRSS, rss)
+			r, rss = run("restore", "--flow", "f", "--out", snapOut, "--force", "--temp-dir", b.TempDir())
+			if withRun.took == 0 || r.took < withRun.took {
+				withRun = r
+			}
+			withRSS = max(withRSS, rss)
+		}
 		if !strings.Contains(withRun.stdout, "started from the snapshot at "+fmt.Sprint(snapTS)) || !strings.Contains(withRun.stdout, fmt.Sprint(ckpt)) {
 			b.Fatalf("restore with snapshot:\n%s", withRun.stdout)
 		}
@@ -115,7 +128,7 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 			b.ReportMetric(v, "snapshot-stored-MiB")
 		}
 		b.Logf("log alone:\n%s\nsnapshot:\n%s\nwith snapshot:\n%s", logRun.stdout, snapRun.stdout, withRun.stdout)
-		// The next iteration restores from the log alone again.
+		// The next iteration takes its own snapshot.
 		if err := rd.Client(b).Del(ctx, meta.NewKeys("flowlog").Snapshots(1)).Err(); err != nil {
 			b.Fatal(err)
 		}
