@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -151,6 +152,37 @@ func TestVerifySnapshots(t *testing.T) {
 				Windows: map[int64]sink.TableWindow{1: {Since: 1, Until: bad.TS}, 2: {Since: 1, Until: bad.TS}}, Snapshots: []sink.SnapshotRef{good, bad}, TempDir: t.TempDir()})
 			if err == nil {
 				t.Fatal("restore from the damaged snapshot succeeded")
+			}
+		})
+	}
+}
+
+// TestRestoreTruncated checks the truncation point: below it nothing is
+// restored; at or above it a table whose window began before it needs a
+// snapshot at or after it.
+func TestRestoreTruncated(t *testing.T) {
+	ctx := context.Background()
+	b, metas, snap := snapFixture(t)
+	for _, tc := range []struct {
+		name  string
+		ts    uint64
+		snaps []sink.SnapshotRef
+		want  string // "": the restore succeeds; "all": a *TruncatedError for all tables; "table": for one
+	}{
+		{"below the point", 99, []sink.SnapshotRef{snap}, "all"},
+		{"no snapshot", 100, nil, "table"},
+		{"snapshot at the point", 100, []sink.SnapshotRef{snap}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			windows := map[int64]sink.TableWindow{1: {Since: 1, Until: tc.ts}, 2: {Since: 1, Until: tc.ts}}
+			_, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: tc.ts, Windows: windows,
+				Snapshots: tc.snaps, TruncatedBefore: 100, OutDir: t.TempDir(), Force: true, TempDir: t.TempDir()})
+			var te *sink.TruncatedError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("restore: %v", err)
+			case tc.want != "" && !(errors.As(err, &te) && te.TruncatedBefore == 100 && (te.Table < 0) == (tc.want == "all")):
+				t.Fatalf("restore = %v, want a *TruncatedError for %s", err, tc.want)
 			}
 		})
 	}

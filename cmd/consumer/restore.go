@@ -131,6 +131,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucke
 		te *sink.TruncatedError
 	)
 	switch {
+	case errors.As(err, &te) && te.Table >= 0 && !cfg.Snapshots:
+		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored from the log alone (--snapshots=false): the log before the truncation point %d (%s) was removed",
+			te.Table, ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
 	case errors.As(err, &te) && te.Table >= 0:
 		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored as of %d: the log before the truncation point %d (%s) was removed and no listed snapshot at or after it holds the table's coverage window (restore the other tables with --tables)",
 			te.Table, ref.Catalog, ref.Name, ref.ID, ts, te.TruncatedBefore, tsTime(te.TruncatedBefore))
