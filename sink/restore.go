@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -52,6 +51,18 @@ type RestoreOptions struct {
 	MaxMemory int64
 	// Parallel is the number of chunks read at once (default 4).
 	Parallel int
+	// Snapshots are the flow's listed snapshots (snapshots:<flow_id>).
+	// With Windows set, each table is read from the newest one at or below
+	// TS that was cut from the table's window (same since), plus the log
+	// after it (DESIGN 10); the result is the same as from the log alone.
+	Snapshots []SnapshotRef
+	// TruncatedBefore is the flow's truncation point (truncated_before),
+	// 0 if none: a TS below it, or a table that needs the log before it,
+	// fails with a *TruncatedError.
+	TruncatedBefore uint64
+
+	// progress, if set, is called after every chunk read.
+	progress func(RestoreStats)
 }
 
 // RestoreStats summarises a restore.
@@ -63,6 +74,10 @@ type RestoreStats struct {
 	// NoValue counts keys left out because their value was prewritten
 	// before the table's coverage window (see RestoreOptions.Windows).
 	NoValue int64
+	// FromSnapshot counts the tables read from a snapshot plus the log
+	// after it; SnapshotTS is the ts of the newest snapshot used.
+	FromSnapshot int
+	SnapshotTS   uint64
 }
 
 // TableWindow is the part of a table's coverage window a restore reads:
@@ -70,9 +85,6 @@ type RestoreStats struct {
 type TableWindow struct {
 	Since, Until uint64
 }
-
-// holds reports whether an event at ts is inside w.
-func (w TableWindow) holds(ts uint64) bool { return w.Since < ts && ts <= w.Until }
 
 // Restore rebuilds tables as of o.TS from a flow's backup, as TiKV reads
 // MVCC data: for each key the newest write-CF record with commit ts <= TS,
@@ -95,35 +107,62 @@ func (w TableWindow) holds(ts uint64) bool { return w.Since < ts && ts <= w.Unti
 // Memory stays bounded: write records and default-CF values go through
 // external sorts keyed by the stored data key (memcomparable raw key, then
 // ts descending) and are merge-joined, so no table is held in memory.
+//
+// With o.Windows and o.Snapshots set, a table with a snapshot at S <= TS
+// cut from its window is read from that snapshot (streamed, already in key
+// order, every chunk's sha256 checked) merged with the log's write records
+// after S; the output is the same as from the log alone (see
+// restore_plan.go for which default-CF values that still needs).
 func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	var st RestoreStats
-	if o.MaxMemory <= 0 {
-		o.MaxMemory = 256 << 20
-	}
-	if o.Parallel <= 0 {
-		o.Parallel = 4
-	}
+	o.defaults()
 	if err := o.Flow.validate(); err != nil {
 		return st, fmt.Errorf("restore: %w", err)
 	}
 	if err := checkOutDir(o.OutDir, o.Force); err != nil {
 		return st, err // before reading the metas, which may take a while
 	}
-	jobs, err := planChunks(ctx, o)
+	plan, err := planRestore(ctx, o)
 	if err != nil {
 		return st, err
 	}
 	if err := prepareOutDir(o.OutDir, o.Force); err != nil {
 		return st, err
 	}
+	out := &jsonlOut{w: newTableWriter(o.OutDir)}
+	defer out.w.finish()
+	err = mvccRead(ctx, o, plan, out, &st)
+	st.Tables = len(out.w.written)
+	return st, err
+}
+
+func (o *RestoreOptions) defaults() {
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = 256 << 20
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+}
+
+// mvccRead reads the plan's chunks and snapshots and hands the MVCC state
+// at o.TS to out, key by key in data key order, then every restored table
+// (out.table), then finishes out.
+func mvccRead(ctx context.Context, o RestoreOptions, plan *restorePlan, out mvccOut, st *RestoreStats) error {
 	tmp, err := os.MkdirTemp(o.TempDir, "flowlog-restore-")
 	if err != nil {
-		return st, fmt.Errorf("restore: temp dir: %w", err)
+		return fmt.Errorf("restore: temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	// The readers' batches and buffers come out of the budget; the sorters
-	// share the rest.
+	// The readers' batches and buffers come out of the budget, and so do
+	// the snapshot readers'; the sorters share the rest.
 	sortMem := max(o.MaxMemory-readerMemory(o.Parallel), 0)
+	if len(plan.bases) > 0 {
+		// The snapshot readers: Parallel chunks of values and one of
+		// no-value keys, each a batch being filled and two queued, plus the
+		// batch being merged.
+		sortMem = max(sortMem-readerMemory(o.Parallel+1)-int64(o.Parallel+2)*batchCap, 0)
+	}
 	writes := newExtSorter(tmp, "write", int(sortMem/2))
 	defer writes.close()
 	defaults := newExtSorter(tmp, "default", int(sortMem/2))
@@ -139,15 +178,12 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 			tables[id] = true // restorable: a file even if empty
 		}
 	}
-	err = readChunks(ctx, o, jobs, func(j chunkJob, key, value []byte) error {
+	err = readChunks(ctx, o, plan.jobs, func(j *chunkJob, key, value []byte) error {
 		_, ts, err := event.SplitDataKey(key)
 		if err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
 		}
-		if ts > o.TS {
-			return nil
-		}
-		if o.Windows != nil && !o.Windows[j.f.TableID].holds(ts) {
+		if !j.keep(ts) {
 			return nil
 		}
 		if j.f.CF == CFDefault {
@@ -162,63 +198,17 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 			return nil
 		}
 		return writes.add(key, value)
-	}, &st)
+	}, st)
 	if err != nil {
-		return st, err
+		return err
 	}
-	return st, writeTables(o, writes, defaults, tables, &st)
-}
-
-type chunkJob struct {
-	path  string
-	index int
-	f     FileMeta
-}
-
-// planChunks reads the metas and lists the chunks the restore needs. It
-// fails with a *NoDataError if no write-CF chunk of the restored tables
-// starts at or below TS.
-func planChunks(ctx context.Context, o RestoreOptions) ([]chunkJob, error) {
-	var (
-		jobs   []chunkJob
-		first  uint64 // min_ts of the earliest write-CF chunk
-		writes bool   // a write-CF chunk starts at or below TS
-	)
-	for _, mp := range o.MetaPaths {
-		m, err := readFlowMeta(ctx, o.Bucket, o.Flow, mp)
-		if err != nil {
-			return nil, err
-		}
-		for i, f := range m.Files {
-			if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 {
-				continue
-			}
-			if o.Tables != nil && !o.Tables[f.TableID] {
-				continue
-			}
-			if f.CF == CFWrite {
-				if first == 0 || f.MinTS < first {
-					first = f.MinTS
-				}
-				writes = writes || f.MinTS <= o.TS
-			}
-			if f.MinTS > o.TS {
-				continue
-			}
-			if o.Windows != nil {
-				w, ok := o.Windows[f.TableID]
-				if !ok || f.MaxTS <= w.Since || f.MinTS > w.Until {
-					continue // no event of the chunk is inside the window
-				}
-			}
-			f.StartKey, f.EndKey = "", "" // not needed: hold less per chunk
-			jobs = append(jobs, chunkJob{path: m.DataPath, index: i, f: f})
-		}
+	st.FromSnapshot = len(plan.bases)
+	for _, b := range plan.bases {
+		st.SnapshotTS = max(st.SnapshotTS, b.ts)
 	}
-	if !writes {
-		return nil, &NoDataError{TS: o.TS, First: first}
-	}
-	return jobs, nil
+	snaps := newSnapIter(ctx, o, plan.bases)
+	defer snaps.Close()
+	return writeTables(o, writes, defaults, snaps, tables, out, st)
 }
 
 // NoDataError is a restore as of a ts before the first backed-up write
@@ -269,109 +259,6 @@ type badMetaError struct {
 
 func (e *badMetaError) Error() string { return fmt.Sprintf("meta %s: %v", e.path, e.err) }
 func (e *badMetaError) Unwrap() error { return e.err }
-
-// writeTables runs the MVCC read over the sorted write records, joining
-// default-CF values, and writes the tables' jsonl files.
-func writeTables(o RestoreOptions, writes, defaults *extSorter, tables map[int64]bool, st *RestoreStats) error {
-	// Both sorters sort their last run in memory: do it side by side.
-	var (
-		dit  sortedIter
-		derr error
-		done = make(chan struct{})
-	)
-	go func() { dit, derr = defaults.iter(); close(done) }()
-	wit, err := writes.iter()
-	<-done
-	if wit != nil {
-		defer wit.Close()
-	}
-	if dit != nil {
-		defer dit.Close()
-	}
-	if err != nil {
-		return err
-	}
-	if derr != nil {
-		return derr
-	}
-	out := newTableWriter(o.OutDir)
-	defer out.finish()
-
-	var (
-		decided  []byte // encoded key whose version has been chosen
-		dkey     []byte // current default-CF head
-		dval     []byte
-		dok      = true
-		lookup   []byte
-		raw      []byte
-		defStart = true
-	)
-	for {
-		key, value, ok, err := wit.next()
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		encoded, commitTS, err := event.SplitDataKey(key)
-		if err != nil {
-			return err
-		}
-		if decided != nil && bytes.Equal(encoded, decided) {
-			continue // an older version, or a duplicate of the chosen one
-		}
-		// Lock and rollback records and ts > TS were dropped when read, so
-		// this is the newest visible put or delete of the key.
-		decided = append(decided[:0], encoded...)
-		w, err := event.DecodeWrite(value)
-		if err != nil {
-			return err
-		}
-		if w.Type == event.WriteDelete {
-			continue
-		}
-		val := w.ShortValue
-		if !w.HasShortValue {
-			lookup = append(append(lookup[:0], encoded...), tsBytes(w.StartTS)...)
-			for dok && (defStart || bytes.Compare(dkey, lookup) < 0) {
-				defStart = false
-				dkey, dval, dok, err = dit.next()
-				if err != nil {
-					return err
-				}
-			}
-			if !dok || !bytes.Equal(dkey, lookup) {
-				tid, _ := event.TableIDOfRaw(appendRaw(nil, encoded))
-				if win, ok := o.Windows[tid]; ok && w.StartTS <= win.Since {
-					st.NoValue++ // prewritten before the window: not backed up
-					continue
-				}
-				return fmt.Errorf("restore: table %d: put at commit ts %d has no short value and no default-CF entry at start ts %d", tid, commitTS, w.StartTS)
-			}
-			val = dval
-		}
-		raw = appendRaw(raw[:0], encoded)
-		tid, ok := event.TableIDOfRaw(raw)
-		if !ok || o.Tables != nil && !o.Tables[tid] {
-			continue
-		}
-		if err := out.writeLine(tid, raw, val, commitTS); err != nil {
-			return err
-		}
-		st.Keys++
-	}
-	// Tables whose keys are all absent at TS restore as empty files.
-	for id := range tables {
-		if !out.written[id] {
-			if err := out.open(id); err != nil {
-				return err
-			}
-		}
-	}
-	st.Tables = len(out.written)
-	return out.finish()
-}
 
 func tsBytes(ts uint64) []byte {
 	var b [8]byte

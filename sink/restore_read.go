@@ -76,7 +76,7 @@ type entryBatch struct {
 // decompress, check and split them into batches of entries; fn sees every
 // entry on the calling goroutine. A chunk's entries are all delivered before
 // its checksum is known, so a corrupt chunk fails the whole restore.
-func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn func(j chunkJob, key, value []byte) error, st *RestoreStats) error {
+func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn func(j *chunkJob, key, value []byte) error, st *RestoreStats) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	jobc := make(chan chunkJob)
@@ -121,6 +121,9 @@ func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn fu
 			if b.done && ferr == nil {
 				st.Chunks++
 				st.LogBytes += b.job.f.RawLength
+				if o.progress != nil {
+					o.progress(*st)
+				}
 			}
 		} // else drain, so that the readers can finish
 		putBatchBuf(b.data)
@@ -147,14 +150,14 @@ func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn fu
 }
 
 // deliver hands every entry of b to fn.
-func deliver(b entryBatch, fn func(j chunkJob, key, value []byte) error) error {
+func deliver(b entryBatch, fn func(j *chunkJob, key, value []byte) error) error {
 	rest := b.data
 	for len(rest) > 0 {
 		k, v, r, err := event.NextEntry(rest)
 		if err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", b.job.index, b.job.path, err)
 		}
-		if err := fn(b.job, k, v); err != nil {
+		if err := fn(&b.job, k, v); err != nil {
 			return err
 		}
 		rest = r

@@ -54,9 +54,15 @@ type SnapshotTable struct {
 }
 
 // SnapshotChunk is one zstd frame of a .snap object, at [Offset,
-// Offset+Length). Its entries are sorted by key, and chunks follow each
-// other in key order.
+// Offset+Length). Its entries are sorted by key, and chunks of the same
+// kind (NoValue or not) follow each other in key order.
 type SnapshotChunk struct {
+	// NoValue marks a chunk of keys whose visible version at the
+	// snapshot's ts is a put whose value was prewritten before the
+	// window, so the backup does not hold it (a restore leaves them out
+	// and counts them): entries with empty values. Such chunks are rare;
+	// they may sit anywhere among the value chunks of the object.
+	NoValue         bool   `json:"no_value,omitempty"`
 	Offset          int64  `json:"offset"`
 	Length          int64  `json:"length"`
 	RawLength       int64  `json:"raw_length"`

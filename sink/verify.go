@@ -35,6 +35,7 @@ type VerifyReport struct {
 	Unreferenced      int      `json:"unreferenced_objects"`
 	UnreferencedBytes int64    `json:"unreferenced_bytes"`
 	Faults            []string `json:"faults"`
+	SnapshotReport
 }
 
 // OK reports whether no fault was found.
@@ -61,6 +62,9 @@ type VerifyOptions struct {
 	// of the same name: objects its listed metas reference are not
 	// counted as unreferenced. Nil counts them.
 	ListedMetas func(ctx context.Context, id uint32) ([]string, error)
+	// Snapshots are the flow's listed snapshots (snapshots:<flow_id>),
+	// checked too (see SnapshotReport); their objects are referenced.
+	Snapshots []SnapshotRef
 }
 
 // Verify checks a flow's backup: every meta in o.MetaPaths exists, decodes
@@ -151,6 +155,11 @@ func Verify(ctx context.Context, o VerifyOptions) (VerifyReport, error) {
 		return r, err
 	}
 	slices.Sort(r.Faults[n:]) // in the order the workers finished
+	n = len(r.Faults)
+	if err := verifySnapshots(ctx, o, referenced, &r); err != nil {
+		return r, err
+	}
+	slices.Sort(r.Faults[n:])
 	objs, err := listFlowObjects(ctx, b, o.Flow)
 	if err != nil {
 		return r, err

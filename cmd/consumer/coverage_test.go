@@ -16,7 +16,7 @@ import (
 // openWindows makes the pending coverage windows of every flow final as
 // the consumer does when the one apply partition with records (lease's)
 // reports them: a table added before any record has since 0.
-func openWindows(t *testing.T, st *meta.Store, lease meta.Lease) {
+func openWindows(t testing.TB, st *meta.Store, lease meta.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	pending, err := st.PendingCoverage(ctx)

@@ -4,6 +4,7 @@
 //	consumer dev                everything embedded, for a first run on a bare machine
 //	consumer restore --flow F --ts T --out DIR
 //	consumer verify --flow F
+//	consumer snapshot --flow F [--ts T]
 //	consumer flows | status
 package main
 
@@ -27,6 +28,7 @@ commands:
   dev       run everything embedded (Kafka, GCS, Redis if none) with a demo flow and load
   restore   write a flow's tables as of a timestamp: restore --flow F [--ts T] --out DIR
   verify    check a flow's backup: verify --flow F
+  snapshot  save a flow's tables as of a timestamp so restores start there: snapshot --flow F [--ts T]
   flows     list flows with their state and checkpoint
   status    show partitions, lag, temp bytes and the last cycle
 
@@ -40,12 +42,13 @@ func main() {
 
 // commands are the subcommands by name.
 var commands = map[string]func(context.Context, []string) error{
-	"run":     runRun,
-	"dev":     runDev,
-	"restore": runRestore,
-	"verify":  runVerify,
-	"flows":   runFlows,
-	"status":  runStatus,
+	"run":      runRun,
+	"dev":      runDev,
+	"restore":  runRestore,
+	"verify":   runVerify,
+	"snapshot": runSnapshot,
+	"flows":    runFlows,
+	"status":   runStatus,
 }
 
 // run runs the command of args and returns the exit code: 0, 1 for a

@@ -28,6 +28,9 @@ type restoreConfig struct {
 	TempDir   string
 	MaxMemory cli.Size
 	Parallel  int
+	// Snapshots off reads the log alone (a cross-check, or a way around a
+	// damaged snapshot while the log is still whole).
+	Snapshots bool
 }
 
 func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
@@ -41,6 +44,7 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 256 << 20
 	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
+	f.BoolVar(&c.Snapshots, "snapshots", true, "start each table from its newest listed snapshot at or below --ts (false: read the log alone, which fails below the truncation point)")
 }
 
 func (c *restoreConfig) tables() (map[int64]bool, error) {
@@ -88,7 +92,7 @@ func runRestore(ctx context.Context, args []string) error {
 // it lists the metas: metas only grow, so the list holds every cycle the
 // checkpoint covers, even if a cycle commits and the checkpoint moves in
 // between.
-func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucket) error {
+func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucket) error {
 	tables, err := cfg.tables()
 	if err != nil {
 		return err
@@ -97,30 +101,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	if err != nil {
 		return err
 	}
-	ckpt, err := checkpoint(ctx, st, b, &cfg.conn, ref)
+	ts, err := pickTS(ctx, st, b, &cfg.conn, ref, &cfg.TS, "restoring")
 	if err != nil {
 		return err
-	}
-	ts := cfg.TS.ts
-	switch {
-	case ckpt == 0:
-		return fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
-	case ts == 0:
-		ts = ckpt
-		if ref.Dropped {
-			// A dropped flow's windows all ended; its last checkpoint may
-			// lie past them (a replica that had not seen the drop yet).
-			if end, ok, err := lastWindowEnd(ctx, st, ref.ID); err != nil {
-				return err
-			} else if ok && end < ts {
-				fmt.Printf("flow %s/%s (id %d) was dropped: restoring as of the end of its last coverage window, %d (%s)\n",
-					ref.Catalog, ref.Name, ref.ID, end, tsTime(end))
-				ts = end
-			}
-		}
-	case ts > ckpt:
-		return fmt.Errorf("--ts %s is past the flow's checkpoint %d (%s): later data may still be incomplete",
-			cfg.TS.describe(), ckpt, tsTime(ckpt))
 	}
 	if err := listMetas(ctx, st, &ref); err != nil {
 		return err
@@ -132,13 +115,38 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	if err != nil {
 		return err
 	}
+	var snaps []sink.SnapshotRef
+	if cfg.Snapshots {
+		if snaps, err = listSnapshots(ctx, st, ref.ID); err != nil {
+			return err
+		}
+	}
+	// After the lists: truncate removes metas and records the point in one
+	// MULTI, so this read knows of every truncation the lists reflect.
+	truncated, err := checkTruncated(ctx, st, ref, ts)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	stats, err := sink.Restore(ctx, sink.RestoreOptions{
 		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables, Windows: windows,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
+		Snapshots: snaps, TruncatedBefore: truncated,
 	})
-	var nd *sink.NoDataError
+	var (
+		nd *sink.NoDataError
+		te *sink.TruncatedError
+	)
 	switch {
+	case errors.As(err, &te) && te.Table >= 0 && !cfg.Snapshots:
+		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored from the log alone (--snapshots=false): the log before the truncation point %d (%s) was removed",
+			te.Table, ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
+	case errors.As(err, &te) && te.Table >= 0:
+		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored as of %d: the log before the truncation point %d (%s) was removed and no listed snapshot at or after it holds the table's coverage window (restore the other tables with --tables)",
+			te.Table, ref.Catalog, ref.Name, ref.ID, ts, te.TruncatedBefore, tsTime(te.TruncatedBefore))
+	case errors.As(err, &te):
+		return fmt.Errorf("--ts %d (%s) is before the truncation point of flow %s/%s (id %d): the oldest restorable ts is %d (%s)",
+			ts, tsTime(ts), ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
 	case errors.Is(err, sink.ErrOutDirNotEmpty):
 		return fmt.Errorf("--out %s is not empty: pass --force to write into it (its <table_id>.jsonl files are replaced)", cfg.Out)
 	case errors.As(err, &nd) && nd.First == 0:
@@ -154,6 +162,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st flowStore, b sink.Bucke
 	fmt.Printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", ref.Catalog, ref.Name, ref.ID, ts, tsTime(ts), cfg.Out)
 	fmt.Printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, len(ref.Metas), mb, secs, mb/max(secs, 1e-9))
+	if stats.FromSnapshot > 0 {
+		fmt.Printf("%d tables started from the snapshot at %d (%s); only the log after it was read\n", stats.FromSnapshot, stats.SnapshotTS, tsTime(stats.SnapshotTS))
+	}
 	if stats.NoValue > 0 {
 		fmt.Printf("%d keys left out: their value was prewritten before their table's coverage window began, so the backup does not hold it\n", stats.NoValue)
 	}

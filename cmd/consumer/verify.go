@@ -54,6 +54,13 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	opts.MetaPaths = ref.Metas
+	if opts.Snapshots, err = listSnapshots(ctx, st, ref.ID); err != nil {
+		return err
+	}
+	truncated, _, err := st.TruncatedBefore(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
 	r, err := sink.Verify(ctx, opts)
 	if err != nil {
 		return err
@@ -70,8 +77,11 @@ func runVerify(ctx context.Context, args []string) error {
 		OK      bool   `json:"ok"`
 		// Windows are the tables' coverage windows, oldest first.
 		Windows []meta.Window `json:"windows"`
+		// TruncatedBefore is the truncation point: the oldest restorable
+		// ts, 0 if the log was never truncated.
+		TruncatedBefore uint64 `json:"truncated_before"`
 		sink.VerifyReport
-	}{ref.ID, ref.Catalog, ref.Name, ref.Dropped, r.OK(), windows, r}
+	}{ref.ID, ref.Catalog, ref.Name, ref.Dropped, r.OK(), windows, truncated, r}
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -86,6 +96,17 @@ func runVerify(ctx context.Context, args []string) error {
 		}
 		if len(windows) == 0 {
 			fmt.Println("  no coverage window yet: nothing is restorable")
+		}
+		if r.Snapshots > 0 {
+			fmt.Printf("  snapshots %d (%d tables, %d chunks checked, %.1f MiB), newest at %d (%s)\n", r.Snapshots, r.SnapshotTables, r.SnapshotChunks,
+				float64(r.SnapshotBytes)/(1<<20), r.NewestSnapshot, tsTime(r.NewestSnapshot))
+		} else {
+			fmt.Println("  snapshots: none")
+		}
+		if truncated > 0 {
+			fmt.Printf("  truncation point: %d (%s): restores below it are refused\n", truncated, tsTime(truncated))
+		} else {
+			fmt.Println("  truncation point: none (the whole log is kept)")
 		}
 		if r.CheckpointObject != "" {
 			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
