@@ -32,7 +32,7 @@ func TestPlanGC(t *testing.T) {
 		b.SetCreated(p, created)
 		return m, p
 	}
-	refA, refAPath := cycle("a", old)   // listed
+	refA, refAPath := cycle("a", old)     // listed
 	zombie, zombiePath := cycle("b", old) // never listed: garbage
 	young, youngPath := cycle("c", old)   // unlisted, but its meta is young
 	b.SetCreated(youngPath, now.Add(-time.Minute))
