@@ -262,7 +262,7 @@ func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, paral
 	for _, p := range refs.Snapshots {
 		hold(p) // and with it the snapshot's directory
 		run(func() {
-			sm, err := readSnapshotMeta(ctx, b, p)
+			sm, err := LoadSnapshotMeta(ctx, b, p)
 			if err != nil {
 				warn("listed snapshot %s: %v", p, err)
 				return
@@ -276,8 +276,8 @@ func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, paral
 	return keep, keepDirs, warnings
 }
 
-// readSnapshotMeta reads and decodes a snapshot.meta object.
-func readSnapshotMeta(ctx context.Context, b Bucket, name string) (SnapshotMeta, error) {
+// LoadSnapshotMeta reads and decodes the snapshot.meta object name.
+func LoadSnapshotMeta(ctx context.Context, b Bucket, name string) (SnapshotMeta, error) {
 	rc, err := b.Get(ctx, name)
 	if err != nil {
 		return SnapshotMeta{}, err

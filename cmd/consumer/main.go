@@ -5,6 +5,8 @@
 //	consumer restore --flow F --ts T --out DIR
 //	consumer verify --flow F
 //	consumer flows | status
+//	consumer truncate --flow F --until TS
+//	consumer gc [--grace 1h]
 package main
 
 import (
@@ -29,6 +31,8 @@ commands:
   verify    check a flow's backup: verify --flow F
   flows     list flows with their state and checkpoint
   status    show partitions, lag, temp bytes and the last cycle
+  truncate  drop a flow's log before a snapshot: truncate --flow F --until TS [--dry-run]
+  gc        delete objects nothing references: gc [--grace 1h] [--dry-run]
 
 Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size: FLOWLOG_FLUSH_SIZE).
 Run "consumer <command> -h" for a command's flags.
@@ -46,6 +50,9 @@ var commands = map[string]func(context.Context, []string) error{
 	"verify":  runVerify,
 	"flows":   runFlows,
 	"status":  runStatus,
+	// retention (DESIGN 10)
+	"truncate": runTruncate,
+	"gc":       runGC,
 }
 
 // run runs the command of args and returns the exit code: 0, 1 for a
