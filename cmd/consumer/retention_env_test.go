@@ -226,18 +226,7 @@ func (e *retentionEnv) snapshot(t *testing.T, ts uint64) int64 {
 func (e *retentionEnv) logAfter(t *testing.T, s uint64) (writes []txn, defaults map[string][]byte) {
 	t.Helper()
 	ctx := context.Background()
-	refs, err := e.store.Metas(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for _, r := range refs {
-		paths = append(paths, r.Path)
-	}
-	metas, err := sink.ReadMetas(ctx, e.bucket, sink.Flow{Prefix: e.prefix, Catalog: "default", Name: "f", ID: 1}, paths, 8)
-	if err != nil {
-		t.Fatalf("a listed meta is unreadable: %v", err)
-	}
+	metas := e.listedMetas(t)
 	defaults = map[string][]byte{}
 	for _, m := range metas {
 		for _, f := range m.Meta.Files {
@@ -356,4 +345,24 @@ func (e *retentionEnv) storedBytes(t *testing.T) int64 {
 // and args.
 func (e *retentionEnv) cmd(command string, args ...string) []string {
 	return append(append([]string{command}, e.conn...), args...)
+}
+
+// listedMetas reads every meta listed for the flow, failing the test if
+// one is missing or damaged.
+func (e *retentionEnv) listedMetas(t *testing.T) []sink.LoggedMeta {
+	t.Helper()
+	ctx := context.Background()
+	refs, err := e.store.Metas(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, r := range refs {
+		paths = append(paths, r.Path)
+	}
+	metas, err := sink.ReadMetas(ctx, e.bucket, sink.Flow{Prefix: e.prefix, Catalog: "default", Name: "f", ID: 1}, paths, 8)
+	if err != nil {
+		t.Fatalf("a listed meta is unreadable: %v", err)
+	}
+	return metas
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -74,6 +75,21 @@ func TestTruncate(t *testing.T) {
 	t.Logf("bytes stored: %d before truncate, %d after; snapshot %d + log after it %d = %d (ratio %.3f)",
 		before, stored, snapBytes, logAfter, snapBytes+logAfter, float64(stored)/float64(snapBytes+logAfter))
 
+	// flows shows the snapshot, the truncation point and the log after it.
+	r = runConsumer(t, 30*time.Second, nil, e.cmd("flows", "--json")...)
+	var rows []flowRow
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("flows --json: %v, stdout:\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	}
+	if fr := rows[0]; fr.SnapshotTS != s || fr.TruncatedBefore != s || fr.LogBytesAfterSnapshot == nil || *fr.LogBytesAfterSnapshot != chunkBytesAfter(t, e, s) {
+		t.Errorf("flows row: snapshot %d, truncated before %d, log bytes %v; want %d, %d, %d", fr.SnapshotTS, fr.TruncatedBefore,
+			fr.LogBytesAfterSnapshot, s, s, chunkBytesAfter(t, e, s))
+	}
+	r = runConsumer(t, 30*time.Second, nil, e.cmd("flows")...)
+	if !strings.Contains(r.stdout, "TRUNCATED BEFORE") || !strings.Contains(r.stdout, " KiB") {
+		t.Errorf("flows table lacks the retention columns:\n%s", r.stdout)
+	}
+
 	r = runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "deleted 0 objects") || e.storedBytes(t) != stored {
 		t.Errorf("second truncate: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -85,25 +101,23 @@ func TestTruncate(t *testing.T) {
 	}
 }
 
+// chunkBytesAfter is the stored bytes of the listed chunks with an event
+// after s.
+func chunkBytesAfter(t *testing.T, e *retentionEnv, s uint64) int64 {
+	t.Helper()
+	var n int64
+	for _, m := range e.listedMetas(t) {
+		n += m.LogBytesAfter(s)
+	}
+	return n
+}
+
 // logBytesAfter is what the listed metas hold after s: the chunks with an
 // event newer than s, and the meta objects that list them.
 func logBytesAfter(t *testing.T, e *retentionEnv, s uint64) int64 {
 	t.Helper()
-	ctx := context.Background()
-	refs, err := e.store.Metas(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for _, r := range refs {
-		paths = append(paths, r.Path)
-	}
-	metas, err := sink.ReadMetas(ctx, e.bucket, sink.Flow{Prefix: e.prefix, Catalog: "default", Name: "f", ID: 1}, paths, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n int64
-	for _, m := range metas {
+	for _, m := range e.listedMetas(t) {
 		if after := m.LogBytesAfter(s); after > 0 {
 			n += after + m.Size
 		}
