@@ -3,10 +3,12 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +185,98 @@ func TestGCWhileCommitting(t *testing.T) {
 		t.Errorf("gc left %d of %d planted objects (deleted %d objects in %d runs)", left, len(planted)-2, deleted, runs)
 	}
 	t.Logf("%d gc runs deleted %d objects while %d cycles committed", runs, deleted, len(metas))
+}
+
+// metaFailBucket fails meta uploads while failing is set: a cycle whose
+// data object is uploaded and whose commit waits.
+type metaFailBucket struct {
+	*sink.MemBucket
+	failing atomic.Bool
+}
+
+func (b *metaFailBucket) Upload(ctx context.Context, obj sink.Object) error {
+	if b.failing.Load() && strings.HasSuffix(obj.Name, ".meta") {
+		return errors.New("injected meta upload failure")
+	}
+	return b.MemBucket.Upload(ctx, obj)
+}
+
+// TestLateCommitUploadsAgain: a cycle whose objects wait longer than
+// --max-commit-age for their commit uploads them again under new names, so
+// a gc whose grace exceeds that age, running all along, never deletes what
+// the cycle commits; the stale first upload becomes garbage gc removes.
+func TestLateCommitUploadsAgain(t *testing.T) {
+	mem := sink.NewMemBucket()
+	bucket := &metaFailBucket{MemBucket: mem}
+	r := newRig(t, 1, bucket, func(c *pipeline.Config) {
+		c.MaxCommitAge = 200 * time.Millisecond
+		c.FatalAfter = 100000
+	})
+	r.start()
+	id := r.createFlow("late", 1)
+	ctx := context.Background()
+
+	bucket.failing.Store(true)
+	r.produceBatch(putBatch(1, 1, 1, 5, 10))
+	r.waitHandled(1)
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.cons.Flush(ctx) }()
+
+	var violations []string
+	stop, gcDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			plan, err := sink.PlanGC(ctx, bucket, sink.GCOptions{Prefix: "backup", Grace: 300 * time.Millisecond, Refs: gcRefs(r.store)})
+			if err == nil {
+				_, _, err = sink.DeleteObjects(ctx, bucket, plan.Delete, 2, nil)
+			}
+			if err != nil {
+				violations = append(violations, err.Error())
+			}
+		}
+	}()
+	// The data object is up; its meta keeps failing until gc has taken the
+	// data object for garbage: a commit of these names now would list a
+	// deleted object.
+	var first string
+	r.eventually(20*time.Second, func() bool {
+		_ = mem.List(ctx, "backup/", func(o sink.ObjectInfo) error {
+			if first == "" && strings.HasSuffix(o.Name, ".log") {
+				first = o.Name
+			}
+			return nil
+		})
+		return first != ""
+	}, "the cycle's data object uploaded")
+	r.eventually(20*time.Second, func() bool {
+		_, err := mem.Size(ctx, first)
+		return err != nil
+	}, "gc deleting the uncommitted "+first)
+	bucket.failing.Store(false)
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatalf("flush: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("flush did not finish")
+	}
+	close(stop)
+	<-gcDone
+	for _, v := range violations {
+		t.Error(v)
+	}
+	metas, got := r.entries(id)
+	if len(metas) != 1 || !strings.Contains(metas[0].CycleID, "-r") || !strings.Contains(metas[0].DataPath, metas[0].CycleID) {
+		t.Fatalf("committed metas %+v, want one, uploaded again under a renamed cycle", metas)
+	}
+	if len(got) != 5 {
+		t.Fatalf("read back %d entries, want 5", len(got))
+	}
 }
