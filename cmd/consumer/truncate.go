@@ -116,6 +116,11 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	if err != nil {
 		return err
 	}
+	if tb, ok, err := st.TruncatedBefore(ctx, ref.ID); err != nil {
+		return err
+	} else if ok && tb > snap.TS {
+		return truncatedPast(name, ref.ID, tb, snap.TS)
+	}
 	if err := snapshotCovers(ctx, st, b, ref, snap); err != nil {
 		return err
 	}
@@ -182,7 +187,7 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	if err != nil {
 		if errors.Is(err, meta.ErrTruncatedPast) {
 			tb, _, _ := st.TruncatedBefore(ctx, ref.ID)
-			return fmt.Errorf("flow %s (id %d) is already truncated before %d (%s), past the snapshot at %d: nothing to do", name, ref.ID, tb, tsTime(tb), snap.TS)
+			return truncatedPast(name, ref.ID, tb, snap.TS)
 		}
 		return err
 	}
@@ -201,6 +206,10 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 		return fmt.Errorf("deleting the truncated objects (the rest are unreferenced now; run gc): %w", derr)
 	}
 	return nil
+}
+
+func truncatedPast(flow string, id meta.FlowID, tb, snap uint64) error {
+	return fmt.Errorf("flow %s (id %d) is already truncated before %d (%s), past the snapshot at %d: nothing to do", flow, id, tb, tsTime(tb), snap)
 }
 
 // removed reports whether o belongs to a meta or snapshot that done removed.
