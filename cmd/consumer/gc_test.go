@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/testenv"
-	"github.com/flowlog/flowlog/sink"
 	"github.com/flowlog/flowlog/sink/sinktest"
 )
 
@@ -21,8 +20,6 @@ func TestGCCommand(t *testing.T) {
 	// A crashed cycle: uploaded, never committed.
 	m, metaPath := sinktest.WriteCycle(t, e.bucket, sinktest.Cycle{Prefix: e.prefix, Catalog: "default", Flow: "f", FlowID: 1, CycleID: "crashed",
 		ResolvedTS: e.ckpt, Entries: []sinktest.Entry{sinktest.WritePut(1, 1, e.ckpt-2, e.ckpt-1, []byte("x"), true)}})
-	cp := sink.CheckpointPath(e.prefix, "default", "f", "g1", 1)
-	g.CreateObject(fakeObject(cp, sink.EncodeCheckpoint(e.ckpt)))
 	listed := len(e.objectNames(t))
 
 	r := runConsumer(t, 30*time.Second, nil, e.cmd("gc")...)

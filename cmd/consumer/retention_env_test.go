@@ -131,6 +131,7 @@ func newRetentionEnv(t *testing.T, rd *testenv.Redis, g *testenv.GCS, name strin
 		}
 		e.ckpt = hi
 	}
+	g.CreateObject(fakeObject(sink.CheckpointPath(name, "default", "f", "g1", 1), sink.EncodeCheckpoint(e.ckpt)))
 	return e
 }
 

@@ -75,6 +75,11 @@ func TestTruncate(t *testing.T) {
 	t.Logf("bytes stored: %d before truncate, %d after; snapshot %d + log after it %d = %d (ratio %.3f)",
 		before, stored, snapBytes, logAfter, snapBytes+logAfter, float64(stored)/float64(snapBytes+logAfter))
 
+	// The truncated backup still verifies.
+	if r := runConsumer(t, 30*time.Second, nil, e.cmd("verify", "--flow", "f")...); r.code != 0 {
+		t.Errorf("verify after truncate: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+
 	// flows shows the snapshot, the truncation point and the log after it.
 	r = runConsumer(t, 30*time.Second, nil, e.cmd("flows", "--json")...)
 	var rows []flowRow
