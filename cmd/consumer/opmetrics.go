@@ -25,9 +25,8 @@ type opMetrics struct {
 	bytes    *prometheus.GaugeVec
 	duration prometheus.Gauge
 	success  prometheus.Gauge
-	logBytes *prometheus.GaugeVec
-	snapBytes,
-	garbage *prometheus.GaugeVec
+	// gc only: what each flow stores.
+	logBytes, snapBytes, garbage *prometheus.GaugeVec
 }
 
 // RegisterFlags registers the metrics flags on f.
