@@ -185,6 +185,27 @@ func TestGCWhileCommitting(t *testing.T) {
 		t.Errorf("gc left %d of %d planted objects (deleted %d objects in %d runs)", left, len(planted)-2, deleted, runs)
 	}
 	t.Logf("%d gc runs deleted %d objects while %d cycles committed", runs, deleted, len(metas))
+
+	// /status shows a listed snapshot and the truncation point.
+	snap := sink.SnapshotMetaPath("backup", "default", "g", id, 12345)
+	if err := r.store.AddSnapshot(ctx, id, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Client().Set(ctx, r.store.Keys().TruncatedBefore(id), "12345", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range r.cons.Status().Flows {
+		if f.ID == id {
+			found = true
+			if f.SnapshotTS != 12345 || f.TruncatedBefore != 12345 {
+				t.Errorf("/status flow %+v, want snapshot and truncation point 12345", f)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("/status lacks flow %d", id)
+	}
 }
 
 // metaFailBucket fails meta uploads while failing is set: a cycle whose
