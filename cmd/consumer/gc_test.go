@@ -22,17 +22,17 @@ func TestGCCommand(t *testing.T) {
 		ResolvedTS: e.ckpt, Entries: []sinktest.Entry{sinktest.WritePut(1, 1, e.ckpt-2, e.ckpt-1, []byte("x"), true)}})
 	listed := len(e.objectNames(t))
 
-	r := runConsumer(t, 30*time.Second, nil, e.cmd("gc")...)
-	if r.code != 0 || !strings.Contains(r.stdout, "will delete 0 unreferenced objects") || !strings.Contains(r.stdout, "keeping 2 unreferenced objects") {
-		t.Fatalf("gc with the default grace: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	out, err := e.run(t, "gc")
+	if err != nil || !strings.Contains(out, "will delete 0 unreferenced objects") || !strings.Contains(out, "keeping 2 unreferenced objects") {
+		t.Fatalf("gc with the default grace: %v, stdout:\n%s", err, out)
 	}
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("gc", "--grace", "0s", "--dry-run")...)
-	if r.code != 0 || !strings.Contains(r.stdout, "would delete 2 unreferenced objects") || !strings.Contains(r.stdout, "would delete "+m.DataPath) ||
+	out, err = e.run(t, "gc", "--grace", "0s", "--dry-run")
+	if err != nil || !strings.Contains(out, "would delete 2 unreferenced objects") || !strings.Contains(out, "would delete "+m.DataPath) ||
 		len(e.objectNames(t)) != listed {
-		t.Fatalf("gc --dry-run: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("gc --dry-run: %v, stdout:\n%s", err, out)
 	}
 	prom := filepath.Join(t.TempDir(), "gc.prom")
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("gc", "--grace", "0s", "--metrics-file", prom)...)
+	r := runConsumer(t, 30*time.Second, nil, e.cmd("gc", "--grace", "0s", "--metrics-file", prom)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "gc deleted 2 objects") {
 		t.Fatalf("gc: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

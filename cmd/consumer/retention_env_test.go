@@ -367,3 +367,10 @@ func (e *retentionEnv) listedMetas(t *testing.T) []sink.LoggedMeta {
 	}
 	return metas
 }
+
+// run runs consumer command in this process with the env's connection
+// flags and args, and returns what it printed and its error.
+func (e *retentionEnv) run(t *testing.T, command string, args ...string) (string, error) {
+	t.Helper()
+	return capture(t, func() error { return commands[command](context.Background(), e.cmd(command, args...)[1:]) })
+}

@@ -25,9 +25,8 @@ func TestTruncate(t *testing.T) {
 	s := e.ms(40*50*6/10+17, 0) // inside a cycle, 60% into the history
 	until := fmt.Sprint(s + 1000)
 
-	r := runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
-	if r.code != 1 || !strings.Contains(r.stderr, "no listed snapshot at or below --until") {
-		t.Fatalf("truncate without a snapshot: exit %d, stderr:\n%s", r.code, r.stderr)
+	if _, err := e.run(t, "truncate", "--flow", "f", "--until", until); err == nil || !strings.Contains(err.Error(), "no listed snapshot at or below --until") {
+		t.Fatalf("truncate without a snapshot: %v", err)
 	}
 	old := e.ms(300, 0)
 	e.snapshot(t, old)
@@ -35,11 +34,11 @@ func TestTruncate(t *testing.T) {
 	before := e.storedBytes(t)
 	metas, _ := e.store.Metas(context.Background(), 1)
 
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until, "--dry-run")...)
-	if r.code != 0 || !strings.Contains(r.stdout, "would remove") || e.storedBytes(t) != before {
-		t.Fatalf("truncate --dry-run: exit %d, stored %d -> %d bytes, stdout:\n%s\nstderr:\n%s", r.code, before, e.storedBytes(t), r.stdout, r.stderr)
+	out, err := e.run(t, "truncate", "--flow", "f", "--until", until, "--dry-run")
+	if err != nil || !strings.Contains(out, "would remove") || e.storedBytes(t) != before {
+		t.Fatalf("truncate --dry-run: %v, stored %d -> %d bytes, stdout:\n%s", err, before, e.storedBytes(t), out)
 	}
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
+	r := runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
 	if r.code != 0 {
 		t.Fatalf("truncate: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
@@ -76,33 +75,31 @@ func TestTruncate(t *testing.T) {
 		before, stored, snapBytes, logAfter, snapBytes+logAfter, float64(stored)/float64(snapBytes+logAfter))
 
 	// The truncated backup still verifies.
-	if r := runConsumer(t, 30*time.Second, nil, e.cmd("verify", "--flow", "f")...); r.code != 0 {
-		t.Errorf("verify after truncate: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	if out, err := e.run(t, "verify", "--flow", "f"); err != nil {
+		t.Errorf("verify after truncate: %v, stdout:\n%s", err, out)
 	}
 
 	// flows shows the snapshot, the truncation point and the log after it.
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("flows", "--json")...)
+	out, err = e.run(t, "flows", "--json")
 	var rows []flowRow
-	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 {
-		t.Fatalf("flows --json: %v, stdout:\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	if jerr := json.Unmarshal([]byte(out), &rows); err != nil || jerr != nil || len(rows) != 1 {
+		t.Fatalf("flows --json: %v, %v, stdout:\n%s", err, jerr, out)
 	}
 	if fr := rows[0]; fr.SnapshotTS != s || fr.TruncatedBefore != s || fr.LogBytesAfterSnapshot == nil || *fr.LogBytesAfterSnapshot != chunkBytesAfter(t, e, s) {
 		t.Errorf("flows row: snapshot %d, truncated before %d, log bytes %v; want %d, %d, %d", fr.SnapshotTS, fr.TruncatedBefore,
 			fr.LogBytesAfterSnapshot, s, s, chunkBytesAfter(t, e, s))
 	}
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("flows")...)
-	if !strings.Contains(r.stdout, "TRUNCATED BEFORE") || !strings.Contains(r.stdout, " KiB") {
-		t.Errorf("flows table lacks the retention columns:\n%s", r.stdout)
+	if out, _ = e.run(t, "flows"); !strings.Contains(out, "TRUNCATED BEFORE") || !strings.Contains(out, " KiB") {
+		t.Errorf("flows table lacks the retention columns:\n%s", out)
 	}
 
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "deleted 0 objects") || e.storedBytes(t) != stored {
-		t.Errorf("second truncate: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	out, err = e.run(t, "truncate", "--flow", "f", "--until", until)
+	if err != nil || !strings.Contains(out, "deleted 0 objects") || e.storedBytes(t) != stored {
+		t.Errorf("second truncate: %v, stdout:\n%s", err, out)
 	}
 	e.snapshot(t, old) // listed again: still below the truncation point
-	r = runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", fmt.Sprint(old+1))...)
-	if r.code != 1 || !strings.Contains(r.stderr, "already truncated before") {
-		t.Errorf("truncate below the truncation point: exit %d, stderr:\n%s", r.code, r.stderr)
+	if _, err := e.run(t, "truncate", "--flow", "f", "--until", fmt.Sprint(old+1)); err == nil || !strings.Contains(err.Error(), "already truncated before") {
+		t.Errorf("truncate below the truncation point: %v", err)
 	}
 }
 
@@ -170,9 +167,8 @@ func TestTruncateCrash(t *testing.T) {
 		}
 
 		// gc removes what the killed run left, and nothing listed.
-		r := runConsumer(t, 30*time.Second, nil, e.cmd("gc", "--grace", "0s")...)
-		if r.code != 0 {
-			t.Fatalf("round %d: gc: exit %d, stderr:\n%s", round, r.code, r.stderr)
+		if out, err := e.run(t, "gc", "--grace", "0s"); err != nil {
+			t.Fatalf("round %d: gc: %v, stdout:\n%s", round, err, out)
 		}
 		e.checkRestorable(t, s)
 		st := e.store
@@ -181,8 +177,8 @@ func TestTruncateCrash(t *testing.T) {
 			t.Errorf("round %d: after gc, unreferenced objects remain: %+v, %v", round, plan.Delete, err)
 		}
 		// A new run completes the truncate.
-		if r := runConsumer(t, 30*time.Second, nil, args...); r.code != 0 {
-			t.Fatalf("round %d: truncate after the kill: exit %d, stderr:\n%s", round, r.code, r.stderr)
+		if out, err := e.run(t, "truncate", args[len(e.conn)+1:]...); err != nil {
+			t.Fatalf("round %d: truncate after the kill: %v, stdout:\n%s", round, err, out)
 		}
 		e.checkRestorable(t, s)
 	}
