@@ -172,10 +172,38 @@ func snapshotsOf(ctx context.Context, c redis.Cmdable, key string, id FlowID) ([
 // of a cluster), so it is for operator commands such as gc, not for the
 // consume loop.
 func (s *Store) BackupIDs(ctx context.Context) ([]FlowID, error) {
+	return s.scanIDs(ctx, "metas:", "snapshots:")
+}
+
+// KnownFlowIDs returns, sorted, every flow id this prefix has or had: the
+// flows set and the ids with a metas:, snapshots: or coverage: key (flow ids
+// are never reused, DESIGN 4). gc leaves alone objects of any other id: they
+// belong to another deployment on the same GCS prefix. It SCANs, as
+// BackupIDs does.
+func (s *Store) KnownFlowIDs(ctx context.Context) ([]FlowID, error) {
+	ids, err := s.scanIDs(ctx, "metas:", "snapshots:", "coverage:")
+	if err != nil {
+		return nil, err
+	}
+	live, err := s.AllFlows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range live {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// scanIDs returns the ids <id> of the keys <base><kind><id>, for each kind.
+func (s *Store) scanIDs(ctx context.Context, kinds ...string) ([]FlowID, error) {
 	ids := map[FlowID]bool{}
 	base := globEscape(s.keys.base)
 	scan := func(ctx context.Context, c *redis.Client) error {
-		for _, kind := range []string{"metas:", "snapshots:"} {
+		for _, kind := range kinds {
 			it := c.Scan(ctx, 0, base+kind+"*", 1000).Iterator()
 			for it.Next(ctx) {
 				rest := strings.TrimPrefix(it.Val(), s.keys.base+kind)
@@ -201,7 +229,7 @@ func (s *Store) BackupIDs(ctx context.Context) ([]FlowID, error) {
 	case *redis.Client:
 		err = scan(ctx, c)
 	default:
-		err = fmt.Errorf("scan for backup ids: unsupported redis client %T", s.rdb)
+		err = fmt.Errorf("scan for flow ids: unsupported redis client %T", s.rdb)
 	}
 	if err != nil {
 		return nil, err

@@ -126,4 +126,11 @@ func TestBackupIDs(t *testing.T) {
 	if err != nil || fmt.Sprint(ids) != "[5 9 12]" {
 		t.Fatalf("BackupIDs = %v, %v; want [5 9 12] (not the other prefix's 77, not coverage-only 40)", ids, err)
 	}
+	if err := rdb.SAdd(ctx, k.Flows(), "3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids, err = s.KnownFlowIDs(ctx)
+	if err != nil || fmt.Sprint(ids) != "[3 5 9 12 40]" {
+		t.Fatalf("KnownFlowIDs = %v, %v; want [3 5 9 12 40]", ids, err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ import (
 type GCRefs struct {
 	Metas     []string // every listed meta path, of every flow id
 	Snapshots []string // every listed snapshot.meta path, of every flow id
+	// KnownIDs are the flow ids Redis has or had; objects of any other id
+	// are left alone (another deployment on the prefix). Nil: no check.
+	KnownIDs map[uint32]bool
 }
 
 // GCOptions configure PlanGC.
@@ -78,7 +82,9 @@ type GCPlan struct {
 	YoungBytes int64
 	// Kept counts objects gc never deletes: global_checkpoint objects and
 	// objects that are not in flowlog's layout.
-	Kept     int
+	Kept int
+	// Unknown counts objects of flow ids Redis never had, left alone.
+	Unknown  int
 	Storage  map[string]*FlowStorage // by catalog/flow
 	Warnings []string
 }
@@ -89,6 +95,7 @@ type gcEntry struct {
 	flow string // catalog/flow
 	kind string // GCData, GCMeta, GCSnapshot, or "" (never deleted)
 	unit string // cycle or snapshot directory
+	id   uint32 // flow id the name carries
 }
 
 // classify names an object by its path under prefix.
@@ -105,16 +112,27 @@ func classify(prefix string, o ObjectInfo) gcEntry {
 	switch {
 	case len(parts) == 2 && parts[0] == "backupmeta" && strings.HasSuffix(parts[1], ".meta"):
 		if id, cycle, ok := cycleOf(strings.TrimSuffix(parts[1], ".meta")); ok {
-			e.kind, e.unit = GCMeta, dir+"cycle/"+id+"/"+cycle
+			e.kind, e.unit, e.id = GCMeta, dir+"cycle/"+id+"/"+cycle, parseID(id)
 		}
 	case len(parts) == 3 && len(parts[0]) == 8 && len(parts[1]) == 2 && strings.HasSuffix(parts[2], ".log"):
 		if id, cycle, ok := cycleOf(strings.TrimSuffix(parts[2], ".log")); ok {
-			e.kind, e.unit = GCData, dir+"cycle/"+id+"/"+cycle
+			e.kind, e.unit, e.id = GCData, dir+"cycle/"+id+"/"+cycle, parseID(id)
 		}
 	case len(parts) == 3 && parts[0] == "snapshot" && parts[1] != "" && parts[2] != "":
-		e.kind, e.unit = GCSnapshot, dir+"snapshot/"+parts[1]+"/"
+		if _, id, ok := strings.Cut(parts[1], "-"); ok {
+			e.kind, e.unit, e.id = GCSnapshot, dir+"snapshot/"+parts[1]+"/", parseID(id)
+		}
 	}
 	return e
+}
+
+// parseID parses a flow id; one that does not parse is 0, never a flow id.
+func parseID(s string) uint32 {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
 }
 
 // cycleOf splits "<ts>-<flow_id>-<cycle_id>" into flow id and cycle id.
@@ -174,6 +192,10 @@ func PlanGC(ctx context.Context, b Bucket, opts GCOptions) (GCPlan, error) {
 		st := plan.Storage[e.flow]
 		if e.kind == "" {
 			plan.Kept++
+			continue
+		}
+		if refs.KnownIDs != nil && !refs.KnownIDs[e.id] {
+			plan.Unknown++
 			continue
 		}
 		held := keep[e.Name] || keepDirs[e.unit]

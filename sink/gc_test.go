@@ -109,15 +109,22 @@ func TestPlanGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.SetCreated(oddMeta, old)
+	// Objects of a flow id Redis never had belong to another deployment.
+	other := dir + "/backupmeta/00000000000000000100-2-x.meta"
+	put(t, b, other, old)
 	plan, err = sink.PlanGC(ctx, b, sink.GCOptions{Prefix: "pre", Grace: time.Hour, Now: func() time.Time { return now },
 		Refs: func(context.Context) (sink.GCRefs, error) {
-			return sink.GCRefs{Metas: []string{refAPath, oddMeta, dir + "/backupmeta/00000000000000000100-1-gone.meta"}}, nil
+			return sink.GCRefs{Metas: []string{refAPath, oddMeta, dir + "/backupmeta/00000000000000000100-1-gone.meta"},
+				KnownIDs: map[uint32]bool{1: true}}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if plan.Unknown != 1 {
+		t.Errorf("plan.Unknown = %d, want 1 (flow id 2)", plan.Unknown)
+	}
 	for _, o := range plan.Delete {
-		if o.Name == odd || o.Name == refA.DataPath {
+		if o.Name == odd || o.Name == refA.DataPath || o.Name == other {
 			t.Errorf("PlanGC deletes %s, which a listed meta references", o.Name)
 		}
 	}

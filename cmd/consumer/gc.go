@@ -66,6 +66,14 @@ func runGC(ctx context.Context, args []string) error {
 func gcRefs(st *meta.Store) func(ctx context.Context) (sink.GCRefs, error) {
 	return func(ctx context.Context) (sink.GCRefs, error) {
 		var refs sink.GCRefs
+		known, err := st.KnownFlowIDs(ctx)
+		if err != nil {
+			return refs, err
+		}
+		refs.KnownIDs = map[uint32]bool{}
+		for _, id := range known {
+			refs.KnownIDs[id] = true
+		}
 		ids, err := st.BackupIDs(ctx)
 		if err != nil {
 			return refs, err
@@ -122,10 +130,10 @@ func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) 
 		verb = "would"
 	}
 	fmt.Printf("gc under gs://%s/%s: listed %d objects (%s) of %d flows; %s delete %d unreferenced objects (%s: %d data, %d meta, %d snapshot) older than %v; "+
-		"keeping %d unreferenced objects (%s) younger than that and %d checkpoint or foreign objects\n",
+		"keeping %d unreferenced objects (%s) younger than that, %d checkpoint or foreign objects and %d objects of flow ids this Redis never had\n",
 		cfg.conn.GCS.Bucket, cfg.conn.GCS.Prefix, plan.ListedObjects, humanBytes(plan.ListedBytes), len(flows), verb,
 		len(plan.Delete), humanBytes(plan.DeleteBytes), byKind[sink.GCData], byKind[sink.GCMeta], byKind[sink.GCSnapshot], cfg.Grace,
-		plan.Young, humanBytes(plan.YoungBytes), plan.Kept)
+		plan.Young, humanBytes(plan.YoungBytes), plan.Kept, plan.Unknown)
 	for _, f := range flows {
 		s := plan.Storage[f]
 		fmt.Printf("  %s: log %s, snapshots %s, unreferenced %s\n", f, humanBytes(s.LogBytes), humanBytes(s.SnapshotBytes), humanBytes(s.GarbageBytes))
