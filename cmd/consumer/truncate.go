@@ -68,6 +68,7 @@ type truncatePlan struct {
 	metas     []sink.LoggedMeta // to drop
 	keptOld   map[string]int    // metas at or below the snapshot kept anyway, by reason
 	kept      int               // metas that stay listed
+	keptData  map[string]bool   // data objects of the metas that stay
 	snapshots []meta.SnapshotRef
 }
 
@@ -79,7 +80,7 @@ func (p *truncatePlan) objects(ctx context.Context, b sink.Bucket, flow string) 
 	var warnings []string
 	for _, m := range p.metas {
 		objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: m.Path, Size: m.Size}, Flow: flow, Kind: sink.GCMeta})
-		if m.Meta.DataPath != "" {
+		if m.Meta.DataPath != "" && !p.keptData[m.Meta.DataPath] {
 			objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: m.Meta.DataPath, Size: m.DataSize()}, Flow: flow, Kind: sink.GCData})
 		}
 	}
@@ -137,11 +138,18 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 			return meta.TruncateDrop{}, err
 		}
 		drop, keptOld := sink.PlanTruncate(logged, snap.TS)
-		plan = truncatePlan{snap: snap, keptOld: keptOld, kept: len(logged) - len(drop)}
+		plan = truncatePlan{snap: snap, keptOld: keptOld, kept: len(logged) - len(drop), keptData: map[string]bool{}}
 		var out meta.TruncateDrop
+		dropped := make(map[int]bool, len(drop))
 		for _, i := range drop {
 			plan.metas = append(plan.metas, logged[i])
 			out.Metas = append(out.Metas, logged[i].Path)
+			dropped[i] = true
+		}
+		for i, m := range logged {
+			if !dropped[i] {
+				plan.keptData[m.Meta.DataPath] = true // never deleted, even if a dropped meta names it too
+			}
 		}
 		for _, s := range snaps {
 			if s.TS < snap.TS {
@@ -193,7 +201,8 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	}
 	// The transaction's own plan is what was removed from Redis.
 	objs, _ = plan.objects(ctx, b, name)
-	objs = slices.DeleteFunc(objs, func(o sink.GCObject) bool { return !removed(done, o, plan) })
+	isRemoved := removedBy(done, plan)
+	objs = slices.DeleteFunc(objs, func(o sink.GCObject) bool { return !isRemoved(o) })
 	fmt.Printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Metas), len(done.Snapshots), objectsSummary(objs, planTables(plan.metas)))
 	n, bytes, derr := sink.DeleteObjects(ctx, b, objs, cfg.Parallel, func(o sink.GCObject) {
@@ -212,19 +221,29 @@ func truncatedPast(flow string, id meta.FlowID, tb, snap uint64) error {
 	return fmt.Errorf("flow %s (id %d) is already truncated before %d (%s), past the snapshot at %d: nothing to do", flow, id, tb, tsTime(tb), snap)
 }
 
-// removed reports whether o belongs to a meta or snapshot that done removed.
-func removed(done meta.TruncateDrop, o sink.GCObject, plan truncatePlan) bool {
+// removedBy returns whether an object of plan belongs to a meta or snapshot
+// that done removed from Redis.
+func removedBy(done meta.TruncateDrop, plan truncatePlan) func(sink.GCObject) bool {
+	gone := make(map[string]bool, len(done.Metas))
+	for _, p := range done.Metas {
+		gone[p] = true
+	}
+	owner := make(map[string]string, 2*len(plan.metas)) // object -> its meta
 	for _, m := range plan.metas {
-		if o.Name == m.Path || o.Name == m.Meta.DataPath {
-			return slices.Contains(done.Metas, m.Path)
-		}
+		owner[m.Path] = m.Path
+		owner[m.Meta.DataPath] = m.Path
 	}
-	for _, s := range done.Snapshots {
-		if strings.HasPrefix(o.Name, strings.TrimSuffix(s, "snapshot.meta")) || o.Name == s {
-			return true
+	return func(o sink.GCObject) bool {
+		if m, ok := owner[o.Name]; ok {
+			return gone[m]
 		}
+		for _, s := range done.Snapshots {
+			if strings.HasPrefix(o.Name, strings.TrimSuffix(s, "snapshot.meta")) {
+				return true
+			}
+		}
+		return false
 	}
-	return false
 }
 
 // chooseSnapshot returns the newest listed snapshot at or below --until.
