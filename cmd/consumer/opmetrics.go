@@ -83,6 +83,8 @@ func (m *opMetrics) finish(start time.Time, err error) error {
 	}
 	var errs []error
 	if m.PushURL != "" {
+		// PUT: the job's series are those of this run only (a truncate of
+		// another flow replaces the previous one's).
 		if perr := push.New(m.PushURL, "flowlog_"+m.command).Gatherer(m.reg).Push(); perr != nil {
 			errs = append(errs, fmt.Errorf("push metrics to %s: %w", m.PushURL, perr))
 		}

@@ -113,6 +113,8 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 		return err
 	}
 	name := ref.Catalog + "/" + ref.Name
+	cfg.metrics.objects.WithLabelValues(name)
+	cfg.metrics.bytes.WithLabelValues(name)
 	snap, err := chooseSnapshot(ctx, st, ref, cfg.Until)
 	if err != nil {
 		return err

@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,10 +43,27 @@ func TestTruncate(t *testing.T) {
 	if err != nil || !strings.Contains(out, "would remove") || e.storedBytes(t) != before {
 		t.Fatalf("truncate --dry-run: %v, stored %d -> %d bytes, stdout:\n%s", err, before, e.storedBytes(t), out)
 	}
-	r := runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until)...)
+	var (
+		pushMu   sync.Mutex
+		pushPath string
+		pushBody []byte
+	)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		pushMu.Lock()
+		pushPath, pushBody = req.Method+" "+req.URL.Path, b
+		pushMu.Unlock()
+	}))
+	defer gw.Close()
+	r := runConsumer(t, 30*time.Second, nil, e.cmd("truncate", "--flow", "f", "--until", until, "--metrics-push-url", gw.URL)...)
 	if r.code != 0 {
 		t.Fatalf("truncate: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
+	pushMu.Lock()
+	if pushPath != "PUT /metrics/job/flowlog_truncate" || !bytes.Contains(pushBody, []byte("flowlog_op_objects")) {
+		t.Errorf("metrics pushed as %q (%d bytes), want a PUT for job flowlog_truncate", pushPath, len(pushBody))
+	}
+	pushMu.Unlock()
 	t.Logf("truncate:\n%s", r.stdout)
 	plan := strings.Index(r.stdout, "will remove")
 	if plan < 0 || plan > strings.Index(r.stdout, "deleted") {
