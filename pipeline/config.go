@@ -29,6 +29,11 @@ type Config struct {
 	MaxRetryDelay  time.Duration
 	// ShutdownTimeout bounds the final flush on SIGTERM.
 	ShutdownTimeout time.Duration
+	// MaxCommitAge is the age past which a cycle's uploaded objects are
+	// uploaded again under new names before its commit, so that consumer
+	// gc (whose --grace must exceed it) never deletes a committed object;
+	// 0 turns it off (commitage.go).
+	MaxCommitAge time.Duration
 	// SessionTimeout is the consumer group session timeout, also used as the
 	// rebalance timeout: how long the group waits for a silent member (a
 	// crashed or frozen process) before moving its partitions. Zero keeps
@@ -81,6 +86,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.RetryBackoff, "retry-backoff", 500*time.Millisecond, "first delay before retrying a failed flush cycle (doubles, jittered)")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", time.Minute, "how long a graceful stop waits for the final flush before giving up (nothing is lost: uncommitted data is consumed again)")
 	f.DurationVar(&c.MaxRetryDelay, "max-retry-delay", 30*time.Second, "largest delay between retries of a failed flush cycle")
+	f.DurationVar(&c.MaxCommitAge, "max-commit-age", 15*time.Minute,
+		"a cycle whose objects were uploaded longer ago than this uploads them again under new names before it commits; keep consumer gc's --grace above it (0: off)")
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token POST /flush requires (better set FLOWLOG_ADMIN_TOKEN or --admin-token-file: flags show in ps); empty: /flush only from loopback")
@@ -143,6 +150,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout: must be positive"))
+	}
+	if c.MaxCommitAge < 0 {
+		errs = append(errs, errors.New("--max-commit-age: must not be negative"))
 	}
 	if c.AdminToken != "" && c.AdminTokenFile != "" {
 		errs = append(errs, errors.New("--admin-token and --admin-token-file: set one, not both"))

@@ -45,6 +45,11 @@ type cycle struct {
 	closed  bool
 	flows   []*flowUpload // files grouped by flow, built on the first attempt
 	started time.Time
+	// firstObject is when the first object under the current names was
+	// uploaded (commitage.go), under upMu; renames counts the renames.
+	upMu        sync.Mutex
+	firstObject time.Time
+	renames     int
 
 	done chan struct{}
 	err  error
@@ -303,6 +308,13 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	start := time.Now()
 	if err := f.uploadAll(ctx, cyc); err != nil {
 		return err
+	}
+	if f.refreshStale(cyc) {
+		// Committed right after, however long this takes: renaming again
+		// here could loop forever on a slow store.
+		if err := f.uploadAll(ctx, cyc); err != nil {
+			return err
+		}
 	}
 	c.m.flushDuration.WithLabelValues("upload").Observe(time.Since(start).Seconds())
 

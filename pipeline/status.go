@@ -42,6 +42,12 @@ type FlowStatus struct {
 	// Windows are the tables' current coverage windows (DESIGN 7); absent
 	// while they are being established or when Redis did not answer.
 	Windows []meta.Window `json:"windows,omitempty"`
+	// SnapshotTS is the ts of the newest listed snapshot and
+	// TruncatedBefore the truncation point (DESIGN 10); 0 for none or when
+	// Redis did not answer. `consumer flows` also shows the log bytes
+	// after the snapshot, which takes reading the metas from GCS.
+	SnapshotTS      uint64 `json:"snapshot_ts"`
+	TruncatedBefore uint64 `json:"truncated_before"`
 }
 
 // Status is the /status document.
@@ -77,6 +83,10 @@ func (c *Consumer) Status() Status {
 				fs.Windows = append(fs.Windows, cur[t])
 			}
 		}
+		if snaps, err := c.d.Store.Snapshots(ctx, f.ID); err == nil && len(snaps) > 0 {
+			fs.SnapshotTS = snaps[len(snaps)-1].TS
+		}
+		fs.TruncatedBefore, _, _ = c.d.Store.TruncatedBefore(ctx, f.ID)
 		st.Flows = append(st.Flows, fs)
 	}
 	if s == nil {

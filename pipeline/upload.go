@@ -132,6 +132,7 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
 		}
 		fu.dataDone = true
+		cyc.uploaded()
 		c.m.objectBytes.Observe(float64(fu.size))
 	}
 	if !fu.metaDone {
@@ -144,6 +145,7 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
 		}
 		fu.metaDone = true
+		cyc.uploaded()
 	}
 	return nil
 }
@@ -243,8 +245,13 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 			m.Offsets = append(m.Offsets, sink.OffsetRange{Topic: p.lease.Topic, Partition: p.lease.Partition, From: p.from, To: p.to})
 		}
 	}
-	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinTS, cyc.id)
-	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinResolvedTS, cyc.id)
+	id := cyc.id
+	if cyc.renames > 0 {
+		id = fmt.Sprintf("%s-r%d", cyc.id, cyc.renames)
+		m.CycleID = id
+	}
+	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinTS, id)
+	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinResolvedTS, id)
 	m.DataPath = fu.dataPath
 	fu.meta, fu.minResolved = m, m.MinResolvedTS
 	fu.spool, fu.size, fu.crc = spool, ow.Size(), ow.CRC32C()

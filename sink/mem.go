@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // MemBucket is a Bucket in memory, for tests. It enforces the same contract
@@ -15,13 +16,14 @@ import (
 type MemBucket struct {
 	mu      sync.RWMutex
 	objects map[string][]byte
+	created map[string]time.Time // for List
 }
 
 var _ Bucket = (*MemBucket)(nil)
 
 // NewMemBucket returns an empty MemBucket.
 func NewMemBucket() *MemBucket {
-	return &MemBucket{objects: map[string][]byte{}}
+	return &MemBucket{objects: map[string][]byte{}, created: map[string]time.Time{}}
 }
 
 // Upload implements Bucket.
@@ -45,6 +47,7 @@ func (m *MemBucket) Upload(ctx context.Context, obj Object) error {
 		return fmt.Errorf("upload %s: %w", obj.Name, ErrExists)
 	}
 	m.objects[obj.Name] = b
+	m.created[obj.Name] = time.Now()
 	return nil
 }
 
@@ -119,6 +122,7 @@ func (m *MemBucket) Delete(ctx context.Context, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.objects, name)
+	delete(m.created, name)
 	return nil
 }
 

@@ -32,6 +32,7 @@ func (m *MemBucket) Overwrite(ctx context.Context, obj Object) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.objects[obj.Name] = b
+	m.created[obj.Name] = time.Now()
 	return nil
 }
 

@@ -39,6 +39,13 @@ type flowRow struct {
 	Metas          int      `json:"metas"`
 	// Windows are the tables' coverage windows, oldest first (DESIGN 7).
 	Windows []meta.Window `json:"windows"`
+	// SnapshotTS is the ts of the newest listed snapshot, 0 if none;
+	// TruncatedBefore the truncation point, 0 if never truncated (DESIGN 10).
+	SnapshotTS      uint64 `json:"snapshot_ts"`
+	TruncatedBefore uint64 `json:"truncated_before"`
+	// LogBytesAfterSnapshot is the stored bytes of the listed chunks with
+	// an event after SnapshotTS; absent when the objects could not be read.
+	LogBytesAfterSnapshot *int64 `json:"log_bytes_after_snapshot,omitempty"`
 }
 
 // listFlows reads every flow with its state.
@@ -74,6 +81,9 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 		if row.Windows, err = flowWindows(ctx, st, id); err != nil {
 			return nil, err
 		}
+		if err := retentionState(ctx, st, &row); err != nil {
+			return nil, err
+		}
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -96,6 +106,7 @@ func runFlows(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	addLogBytes(ctx, &conn, st, rows)
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -107,7 +118,7 @@ func runFlows(ctx context.Context, args []string) error {
 
 func printFlows(rows []flowRow) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tFLOW\tTABLES\tSTATE\tCHECKPOINT TS\tCHECKPOINT TIME (UTC)\tLAST FLUSH (UTC)\tMETAS\tCOVERAGE")
+	fmt.Fprintln(tw, "ID\tFLOW\tTABLES\tSTATE\tCHECKPOINT TS\tCHECKPOINT TIME (UTC)\tLAST FLUSH (UTC)\tMETAS\tCOVERAGE\tSNAPSHOT (UTC)\tTRUNCATED BEFORE (UTC)\tLOG AFTER SNAPSHOT")
 	for _, r := range rows {
 		tables := make([]string, len(r.Tables))
 		for i, t := range r.Tables {
@@ -124,8 +135,9 @@ func printFlows(rows []flowRow) {
 		if len(cov) == 0 {
 			cov = []string{"establishing"}
 		}
-		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
-			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas, strings.Join(cov, " "))
+		snap, truncated, logBytes := retentionCells(r)
+		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
+			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas, strings.Join(cov, " "), snap, truncated, logBytes)
 	}
 	tw.Flush()
 }

@@ -6,6 +6,8 @@
 //	consumer verify --flow F
 //	consumer snapshot --flow F [--ts T]
 //	consumer flows | status
+//	consumer truncate --flow F --until TS
+//	consumer gc [--grace 1h]
 package main
 
 import (
@@ -31,6 +33,8 @@ commands:
   snapshot  save a flow's tables as of a timestamp so restores start there: snapshot --flow F [--ts T]
   flows     list flows with their state and checkpoint
   status    show partitions, lag, temp bytes and the last cycle
+  truncate  drop a flow's log before a snapshot: truncate --flow F --until TS [--dry-run]
+  gc        delete objects nothing references: gc [--grace 1h] [--dry-run]
 
 Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size: FLOWLOG_FLUSH_SIZE).
 Run "consumer <command> -h" for a command's flags.
@@ -42,13 +46,16 @@ func main() {
 
 // commands are the subcommands by name.
 var commands = map[string]func(context.Context, []string) error{
-	"run":      runRun,
-	"dev":      runDev,
-	"restore":  runRestore,
-	"verify":   runVerify,
+	"run":     runRun,
+	"dev":     runDev,
+	"restore": runRestore,
+	"verify":  runVerify,
+	"flows":   runFlows,
+	"status":  runStatus,
+	// snapshots and retention (DESIGN 10)
 	"snapshot": runSnapshot,
-	"flows":    runFlows,
-	"status":   runStatus,
+	"truncate": runTruncate,
+	"gc":       runGC,
 }
 
 // run runs the command of args and returns the exit code: 0, 1 for a

@@ -95,7 +95,10 @@ type Bucket struct {
 	chunk  int64
 }
 
-var _ sink.Bucket = (*Bucket)(nil)
+var (
+	_ sink.Bucket = (*Bucket)(nil)
+	_ sink.Lister = (*Bucket)(nil)
+)
 
 // New connects to the bucket cfg.Bucket. With cfg.Endpoint set it talks to
 // that emulator without authentication; otherwise it uses the client's
@@ -225,6 +228,28 @@ func (b *Bucket) Iter(ctx context.Context, prefix string, fn func(name string) e
 			return fmt.Errorf("iter gs://%s/%s: %w", b.name, prefix, err)
 		}
 		if err := fn(a.Name); err != nil {
+			return err
+		}
+	}
+}
+
+// List implements sink.Lister: names, sizes and creation times, in
+// lexical order of names.
+func (b *Bucket) List(ctx context.Context, prefix string, fn func(sink.ObjectInfo) error) error {
+	q := &storage.Query{Prefix: prefix}
+	if err := q.SetAttrSelection([]string{"Name", "Size", "Created"}); err != nil {
+		return fmt.Errorf("list gs://%s/%s: %w", b.name, prefix, err)
+	}
+	it := b.bkt.Objects(ctx, q)
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list gs://%s/%s: %w", b.name, prefix, err)
+		}
+		if err := fn(sink.ObjectInfo{Name: a.Name, Size: a.Size, Created: a.Created}); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/flowlog/flowlog/sink"
 )
@@ -154,6 +155,32 @@ func AcceptanceTest(t *testing.T, newBucket func(t *testing.T) sink.Bucket, opt 
 		err := b.Iter(ctx, "p/", func(string) error { calls++; return stop })
 		if !errors.Is(err, stop) || calls != 1 {
 			t.Fatalf("iter stopping: %v after %d calls, want stop after 1", err, calls)
+		}
+	})
+
+	t.Run("list attributes", func(t *testing.T) {
+		b := newBucket(t)
+		l, ok := b.(sink.Lister)
+		if !ok {
+			t.Skip("bucket does not implement sink.Lister")
+		}
+		before := time.Now().Add(-time.Minute) // emulator clocks may be a little off
+		for _, n := range []string{"l/b", "l/a", "m"} {
+			if err := b.Upload(ctx, obj(n, []byte(n+"-body"))); err != nil {
+				t.Fatalf("upload %s: %v", n, err)
+			}
+		}
+		var got []sink.ObjectInfo
+		if err := l.List(ctx, "l/", func(o sink.ObjectInfo) error { got = append(got, o); return nil }); err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		if len(got) != 2 || got[0].Name != "l/a" || got[1].Name != "l/b" {
+			t.Fatalf("list l/ = %+v, want l/a, l/b", got)
+		}
+		for _, o := range got {
+			if o.Size != int64(len(o.Name+"-body")) || o.Created.Before(before) || o.Created.After(time.Now().Add(time.Minute)) {
+				t.Errorf("list: %+v: wrong size or creation time", o)
+			}
 		}
 	})
 

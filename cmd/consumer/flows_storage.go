@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// storageTimeout bounds the object reads of `flows` and `status`: they
+// report, they must not hang on an unreachable store.
+const storageTimeout = 20 * time.Second
+
+// retentionState sets the Redis side of a row's retention columns: its
+// newest listed snapshot and its truncation point (DESIGN 10).
+func retentionState(ctx context.Context, st *meta.Store, row *flowRow) error {
+	snaps, err := st.Snapshots(ctx, row.ID)
+	if err != nil {
+		return err
+	}
+	if len(snaps) > 0 {
+		row.SnapshotTS = snaps[len(snaps)-1].TS
+	}
+	tb, _, err := st.TruncatedBefore(ctx, row.ID)
+	row.TruncatedBefore = tb
+	return err
+}
+
+// addLogBytes sets each row's LogBytesAfterSnapshot: the stored bytes of
+// the listed chunks holding an event newer than its latest snapshot (all of
+// them without one), what a restore at the checkpoint still reads from the
+// log. It opens the bucket and reads the listed metas; if that fails, the
+// column stays unknown and a note goes to stderr.
+func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []flowRow) {
+	if len(rows) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, storageTimeout)
+	defer cancel()
+	b, err := conn.openBucket(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "log bytes after snapshot unknown: %v\n", err)
+		return
+	}
+	defer b.Close()
+	for i := range rows {
+		r := &rows[i]
+		refs, err := st.Metas(ctx, r.ID)
+		if err == nil {
+			var metas []sink.LoggedMeta
+			paths := make([]string, len(refs))
+			for j, m := range refs {
+				paths[j] = m.Path
+			}
+			f := sink.Flow{Prefix: conn.GCS.Prefix, Catalog: r.Catalog, Name: r.Name, ID: r.ID}
+			if metas, err = sink.ReadMetas(ctx, b, f, paths, 16); err == nil {
+				var n int64
+				for _, m := range metas {
+					n += m.LogBytesAfter(r.SnapshotTS)
+				}
+				r.LogBytesAfterSnapshot = &n
+				continue
+			}
+		}
+		fmt.Fprintf(os.Stderr, "flow %s/%s: log bytes after snapshot unknown: %v\n", r.Catalog, r.Name, err)
+	}
+}
+
+// retentionCells renders a row's retention columns.
+func retentionCells(r flowRow) (snap, truncated, logBytes string) {
+	snap, truncated, logBytes = tsTime(r.SnapshotTS), tsTime(r.TruncatedBefore), "-"
+	if r.LogBytesAfterSnapshot != nil {
+		logBytes = humanBytes(*r.LogBytesAfterSnapshot)
+	}
+	return snap, truncated, logBytes
+}

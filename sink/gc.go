@@ -1,0 +1,356 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Garbage collection (DESIGN 10): delete the objects under the prefix that
+// no listed meta or snapshot references.
+//
+// Why it never deletes an object a restore needs: PlanGC lists the objects
+// first and only then reads the references, through GCOptions.Refs. Metas
+// and snapshots are listed in Redis only after their objects are uploaded,
+// so an object listed before the references were read is either referenced
+// in that read or was not referenced when it was read. It becomes referenced
+// later only if its cycle (or snapshot) commits after the read, and such a
+// commit is of objects uploaded before the listing; the grace period keeps
+// every object younger than it, and the consumer never commits a cycle
+// whose objects are older than its --max-commit-age, which must be shorter
+// than the grace (docs/OPERATIONS.md). Objects are judged per unit, the
+// data and meta object of one cycle or the objects of one snapshot
+// directory: a unit is deleted only if none of its objects is referenced
+// and all are older than the grace, so a cycle or snapshot still being
+// uploaded is kept whole. global_checkpoint objects and objects that are not
+// flowlog's are never deleted.
+
+// GCRefs are the objects Redis references, read after the listing.
+type GCRefs struct {
+	Metas     []string // every listed meta path, of every flow id
+	Snapshots []string // every listed snapshot.meta path, of every flow id
+	// KnownIDs are the flow ids Redis has or had; objects of any other id
+	// are left alone (another deployment on the prefix). Nil: no check.
+	KnownIDs map[uint32]bool
+}
+
+// GCOptions configure PlanGC.
+type GCOptions struct {
+	Prefix   string        // the bucket prefix (--gcs-prefix)
+	Grace    time.Duration // never delete an object younger than this
+	Now      func() time.Time
+	Parallel int // metas and snapshot metas read at once
+	// Refs reads the references; PlanGC calls it after the listing.
+	Refs func(ctx context.Context) (GCRefs, error)
+}
+
+// Object kinds in a GC plan.
+const (
+	GCData     = "data"
+	GCMeta     = "meta"
+	GCSnapshot = "snapshot"
+)
+
+// GCObject is one object PlanGC would delete.
+type GCObject struct {
+	ObjectInfo
+	Flow string // catalog/flow of its path
+	Kind string // GCData, GCMeta or GCSnapshot
+}
+
+// FlowStorage is a flow directory's bytes as one gc run saw them.
+type FlowStorage struct {
+	LogBytes      int64 // referenced data and meta objects
+	SnapshotBytes int64 // objects of listed snapshots
+	GarbageBytes  int64 // unreferenced objects (deleted or still in their grace)
+}
+
+// GCPlan is what one gc run found.
+type GCPlan struct {
+	ListedObjects int
+	ListedBytes   int64
+	Delete        []GCObject
+	DeleteBytes   int64
+	// Young counts unreferenced objects kept because their unit is younger
+	// than the grace.
+	Young      int
+	YoungBytes int64
+	// Kept counts objects gc never deletes: global_checkpoint objects and
+	// objects that are not in flowlog's layout.
+	Kept int
+	// Unknown counts objects of flow ids Redis never had, left alone.
+	Unknown  int
+	Storage  map[string]*FlowStorage // by catalog/flow
+	Warnings []string
+}
+
+// gcEntry is one listed object with what its name says.
+type gcEntry struct {
+	ObjectInfo
+	flow string // catalog/flow
+	kind string // GCData, GCMeta, GCSnapshot, or "" (never deleted)
+	unit string // cycle or snapshot directory
+	id   uint32 // flow id the name carries
+}
+
+// classify names an object by its path under prefix.
+func classify(prefix string, o ObjectInfo) gcEntry {
+	e := gcEntry{ObjectInfo: o}
+	cat, flow, ok := SplitFlowPath(prefix, o.Name)
+	if !ok {
+		return e
+	}
+	e.flow = cat + "/" + flow
+	dir := FlowDir(prefix, cat, flow) + "/"
+	rest := strings.TrimPrefix(o.Name, dir)
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 2 && parts[0] == "backupmeta" && strings.HasSuffix(parts[1], ".meta"):
+		if id, cycle, ok := cycleOf(strings.TrimSuffix(parts[1], ".meta")); ok {
+			e.kind, e.unit, e.id = GCMeta, dir+"cycle/"+id+"/"+cycle, parseID(id)
+		}
+	case len(parts) == 3 && len(parts[0]) == 8 && len(parts[1]) == 2 && strings.HasSuffix(parts[2], ".log"):
+		if id, cycle, ok := cycleOf(strings.TrimSuffix(parts[2], ".log")); ok {
+			e.kind, e.unit, e.id = GCData, dir+"cycle/"+id+"/"+cycle, parseID(id)
+		}
+	case len(parts) == 3 && parts[0] == "snapshot" && parts[1] != "" && parts[2] != "":
+		if _, id, ok := strings.Cut(parts[1], "-"); ok {
+			e.kind, e.unit, e.id = GCSnapshot, dir+"snapshot/"+parts[1]+"/", parseID(id)
+		}
+	}
+	return e
+}
+
+// parseID parses a flow id; one that does not parse is 0, never a flow id.
+func parseID(s string) uint32 {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
+// cycleOf splits "<ts>-<flow_id>-<cycle_id>" into flow id and cycle id.
+func cycleOf(base string) (id, cycle string, ok bool) {
+	p := strings.SplitN(base, "-", 3)
+	if len(p) != 3 || p[1] == "" || p[2] == "" || strings.Trim(p[0]+p[1], "0123456789") != "" {
+		return "", "", false
+	}
+	return p[1], p[2], true
+}
+
+// PlanGC lists the objects under opts.Prefix, then reads the references,
+// and returns what a gc run deletes. It deletes nothing.
+func PlanGC(ctx context.Context, b Bucket, opts GCOptions) (GCPlan, error) {
+	l, ok := b.(Lister)
+	if !ok {
+		return GCPlan{}, errors.New("gc: the bucket cannot list creation times")
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	listPrefix := ""
+	if opts.Prefix != "" {
+		listPrefix = strings.TrimSuffix(opts.Prefix, "/") + "/"
+	}
+	listedAt := now()
+	var entries []gcEntry
+	plan := GCPlan{Storage: map[string]*FlowStorage{}}
+	err := l.List(ctx, listPrefix, func(o ObjectInfo) error {
+		entries = append(entries, classify(opts.Prefix, o))
+		plan.ListedObjects++
+		plan.ListedBytes += o.Size
+		return nil
+	})
+	if err != nil {
+		return GCPlan{}, fmt.Errorf("gc: list: %w", err)
+	}
+	// Only now read what is referenced (see the comment at the top).
+	refs, err := opts.Refs(ctx)
+	if err != nil {
+		return GCPlan{}, fmt.Errorf("gc: read references: %w", err)
+	}
+	keep, keepDirs, warnings := references(ctx, b, opts.Prefix, refs, opts.Parallel)
+	plan.Warnings = warnings
+
+	type unit struct {
+		newest time.Time
+		items  []gcEntry
+	}
+	units := map[string]*unit{}
+	var order []string
+	for _, e := range entries {
+		if e.flow != "" && plan.Storage[e.flow] == nil {
+			plan.Storage[e.flow] = &FlowStorage{}
+		}
+		st := plan.Storage[e.flow]
+		if e.kind == "" {
+			plan.Kept++
+			continue
+		}
+		if refs.KnownIDs != nil && !refs.KnownIDs[e.id] {
+			plan.Unknown++
+			continue
+		}
+		held := keep[e.Name] || keepDirs[e.unit]
+		switch {
+		case held && e.kind == GCSnapshot:
+			st.SnapshotBytes += e.Size
+		case held:
+			st.LogBytes += e.Size
+		default:
+			st.GarbageBytes += e.Size
+		}
+		u := units[e.unit]
+		if u == nil {
+			u = &unit{}
+			units[e.unit] = u
+			order = append(order, e.unit)
+		}
+		if e.Created.After(u.newest) {
+			u.newest = e.Created
+		}
+		u.items = append(u.items, e)
+	}
+	for _, name := range order {
+		u := units[name]
+		for _, e := range u.items {
+			switch {
+			case keep[e.Name] || keepDirs[e.unit]:
+				// Referenced, or in a referenced unit: a listed meta keeps
+				// its cycle's data object by name too, a listed snapshot
+				// its whole directory.
+			case listedAt.Sub(u.newest) < opts.Grace:
+				plan.Young++
+				plan.YoungBytes += e.Size
+			default:
+				plan.Delete = append(plan.Delete, GCObject{ObjectInfo: e.ObjectInfo, Flow: e.flow, Kind: e.kind})
+				plan.DeleteBytes += e.Size
+			}
+		}
+	}
+	return plan, nil
+}
+
+// references returns the referenced object names and snapshot directories.
+// A referenced meta that cannot be read is a warning: its cycle stays
+// protected by name, and verify reports the damage.
+func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, parallel int) (keep, keepDirs map[string]bool, warnings []string) {
+	keep, keepDirs = map[string]bool{}, map[string]bool{}
+	var mu sync.Mutex
+	warn := func(format string, args ...any) {
+		mu.Lock()
+		warnings = append(warnings, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	hold := func(name string) {
+		mu.Lock()
+		keep[name] = true
+		if e := classify(prefix, ObjectInfo{Name: name}); e.kind != "" {
+			keepDirs[e.unit] = true
+		}
+		mu.Unlock()
+	}
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	run := func(fn func()) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn()
+		}()
+	}
+	for _, p := range refs.Metas {
+		hold(p)
+		run(func() {
+			m, err := readMeta(ctx, b, p)
+			if err != nil {
+				warn("listed meta %s: %v", p, err)
+				return
+			}
+			if m.DataPath != "" {
+				hold(m.DataPath)
+			}
+		})
+	}
+	for _, p := range refs.Snapshots {
+		hold(p) // and with it the snapshot's directory
+		run(func() {
+			sm, err := LoadSnapshotMeta(ctx, b, p)
+			if err != nil {
+				warn("listed snapshot %s: %v", p, err)
+				return
+			}
+			for _, t := range sm.Tables {
+				hold(t.DataPath)
+			}
+		})
+	}
+	wg.Wait()
+	return keep, keepDirs, warnings
+}
+
+// LoadSnapshotMeta reads and decodes the snapshot.meta object name.
+func LoadSnapshotMeta(ctx context.Context, b Bucket, name string) (SnapshotMeta, error) {
+	rc, err := b.Get(ctx, name)
+	if err != nil {
+		return SnapshotMeta{}, err
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, maxMetaSize+1))
+	if err != nil {
+		return SnapshotMeta{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(raw) > maxMetaSize {
+		return SnapshotMeta{}, fmt.Errorf("%s: larger than %d MiB", name, maxMetaSize>>20)
+	}
+	return DecodeSnapshotMeta(raw)
+}
+
+// DeleteObjects deletes objs, parallel at most at a time, calling done (if
+// not nil, from any goroutine) after each deletion. It returns how many
+// objects and bytes it deleted and the errors joined.
+func DeleteObjects(ctx context.Context, b Bucket, objs []GCObject, parallel int, done func(GCObject)) (n int, bytes int64, err error) {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, max(parallel, 1))
+	for _, o := range objs {
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := b.Delete(ctx, o.Name)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			n++
+			bytes += o.Size
+			if done != nil {
+				done(o)
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return n, bytes, errors.Join(errs...)
+}
