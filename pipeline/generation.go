@@ -167,6 +167,7 @@ type partState struct {
 	lease      meta.Lease
 	next       int64  // offset after the last record handled
 	cycleFrom  int64  // first offset not yet part of a frozen cycle
+	stored     int64  // offset:<topic>:<p> once the cycles frozen so far commit (-1: absent)
 	frozenCkpt uint64 // checkpoint handed to the last cycle
 	frozenIdle bool   // the last cycle had no live region (ckpt idle)
 	regions    map[uint64]*regionState

@@ -432,9 +432,10 @@ func (s *session) freeze(trigger string) *cycle {
 			regions[id] = r.resolved
 		}
 		cyc.parts = append(cyc.parts, partCommit{
-			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions, maxTS: ps.maxTS,
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, stored: ps.stored,
+			ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions, maxTS: ps.maxTS,
 		})
-		ps.cycleFrom = ps.next
+		ps.cycleFrom, ps.stored = ps.next, ps.next
 	}
 	s.takeReports(cyc)
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
@@ -490,9 +491,9 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		} else if ok {
 			off = kgo.NewOffset().At(o).WithEpoch(-1)
 			parts[p] = off
-			ps.next, ps.cycleFrom = o, o
+			ps.next, ps.cycleFrom, ps.stored = o, o, o
 		} else {
-			ps.next, ps.cycleFrom = -1, -1 // set by the first record
+			ps.next, ps.cycleFrom, ps.stored = -1, -1, -1 // next and cycleFrom set by the first record
 			if at := off.EpochOffset().Offset; at > 0 || at == -1 {
 				// Starting past the log start without a Redis offset (a
 				// Kafka commit, or --start-offset latest): records before
