@@ -79,6 +79,9 @@ type Applier struct {
 	id        string    // this instance, the owner of its DLQ claims
 	sweepNow  bool      // a DLQ claim may be owed: sweep on the next catch-up
 	lastSweep time.Time // when claims were last swept
+	// acked are claims of this instance whose DLQ record was acknowledged
+	// but whose deletion from Redis failed: a retry only deletes them.
+	acked map[claimKey]bool
 }
 
 var ddlOps = []string{OpCreate, OpReplace, OpDrop, OpResume, "unknown"}
@@ -117,7 +120,7 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 			Help:      "DDL records handled, by op and result (applied, unchanged, skipped, rejected, invalid).",
 		}, []string{"op", "result"}),
 		done: map[int32]int64{},
-		id:   instanceID(), sweepNow: true,
+		id:   instanceID(), sweepNow: true, acked: map[claimKey]bool{},
 	}
 	for _, op := range ddlOps {
 		for _, res := range []string{"applied", "unchanged", "skipped", "rejected", "invalid"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -82,28 +83,44 @@ func (a *Applier) reject(ctx context.Context, rec *kgo.Record, pos DDLPosition, 
 }
 
 // sendClaimed produces the DLQ record of a claim this instance holds and
-// deletes the claim. On failure the claim stays and the next sweep retries.
-// The send is bounded by half the takeover time, so that another instance
-// takes over only a claim whose owner is gone or hopelessly stuck.
+// deletes the claim. On failure the claim stays and the next sweep retries:
+// the send if the DLQ did not acknowledge it, else only the delete (a
+// Redis outage between the two must not send the record again). The send
+// is bounded by half the takeover time, so that another instance takes over
+// only a claim whose owner is gone or hopelessly stuck.
 func (a *Applier) sendClaimed(ctx context.Context, c RejectedDDL) {
-	src := &kgo.Record{Topic: c.Topic, Partition: c.Partition, Offset: c.Offset, Key: c.Key, Value: c.Value}
-	for _, h := range c.Headers {
-		src.Headers = append(src.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	sctx, cancel := context.WithTimeout(ctx, a.cfg.ClaimTimeout/2)
-	err := a.cfg.DLQ.Send(sctx, src, c.Reason, c.Detail)
-	cancel()
-	if err == nil {
-		err = a.s.DoneDDLReject(ctx, c)
+	key := claimKey{c.Topic, c.Partition, c.Offset}
+	var err error
+	if !a.acked[key] {
+		src := &kgo.Record{Topic: c.Topic, Partition: c.Partition, Offset: c.Offset, Key: c.Key, Value: c.Value}
+		for _, h := range c.Headers {
+			src.Headers = append(src.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		sctx, cancel := context.WithTimeout(ctx, a.cfg.ClaimTimeout/2)
+		err = a.cfg.DLQ.Send(sctx, src, c.Reason, c.Detail)
+		cancel()
 		if err == nil {
+			a.acked[key] = true
+		}
+	}
+	if err == nil {
+		if err = a.s.DoneDDLReject(ctx, c); err == nil {
+			delete(a.acked, key)
 			return
 		}
 	}
 	a.sweepNow = true
 	if ctx.Err() == nil {
 		a.log.Warn("sending a rejected flow ddl to the DLQ failed; its claim in Redis keeps it owed, retrying",
-			"partition", c.Partition, "offset", c.Offset, "err", err)
+			"partition", c.Partition, "offset", c.Offset, "dlq_acked", a.acked[key], "err", err)
 	}
+}
+
+// claimKey names a claimed DDL record.
+type claimKey struct {
+	topic     string
+	partition int32
+	offset    int64
 }
 
 // sweepRejects sends the DLQ records still owed: claims of this instance
@@ -122,6 +139,11 @@ func (a *Applier) sweepRejects(ctx context.Context, partitions []int32) {
 			a.sweepNow = true
 			a.log.Warn("reading owed DLQ records of flow ddl failed; retrying", "partition", p, "err", err)
 			continue
+		}
+		for k := range a.acked { // deleted by another instance meanwhile
+			if k.partition == p && !slices.ContainsFunc(pending, func(c RejectedDDL) bool { return c.Offset == k.offset }) {
+				delete(a.acked, k)
+			}
 		}
 		for _, c := range pending {
 			taken, ok, err := a.s.TakeOverDDLReject(ctx, c, a.id, a.cfg.ClaimTimeout)

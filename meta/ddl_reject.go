@@ -29,9 +29,11 @@ import (
 // of another owner older than the takeover time (ApplierConfig.ClaimTimeout)
 // takes it over (TakeOverDDLReject, compare-and-swap on the claim) and sends
 // the record itself; a claim of its own that it failed to send it sends
-// again. The price is a possible duplicate, never a loss: if the owner
-// crashed after the DLQ acknowledged but before it deleted the claim, or its
-// send took longer than the takeover time, the record is in the DLQ twice.
+// again, unless the DLQ had acknowledged it and only the delete failed
+// (then it retries only the delete). The price is a possible duplicate,
+// never a loss: if the owner crashed after the DLQ acknowledged but before
+// it deleted the claim, or its send (or a Redis outage before the delete)
+// lasted longer than the takeover time, the record is in the DLQ twice.
 
 // RejectedDDL is a claim on sending one DDL record to the DLQ.
 type RejectedDDL struct {

@@ -2,13 +2,16 @@ package meta_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/internal/dlq"
@@ -156,5 +159,56 @@ func TestRejectedDDLClaimOfACrashedReplicaIsSent(t *testing.T) {
 	}
 	if r := other.results(t); r["rejected"] != 0 {
 		t.Errorf("results of the replica that took over = %v; want no rejection counted twice", r)
+	}
+}
+
+// failHDel fails the next HDEL while armed: Redis goes away right after the
+// DLQ acknowledged a claimed record and before the claim is deleted.
+type failHDel struct{ armed atomic.Bool }
+
+func (h *failHDel) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failHDel) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *failHDel) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "hdel" && h.armed.CompareAndSwap(true, false) {
+			err := errors.New("injected: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A claim whose DLQ record was acknowledged but whose deletion failed is
+// only deleted by the retry, not sent again (found by the churn test: a
+// Redis restart right after the DLQ's ack wrote the record twice).
+func TestRejectedDDLNotSentAgainWhenTheClaimDeleteFails(t *testing.T) {
+	e := newDDLEnv(t)
+	hook := &failHDel{}
+	e.rdb.AddHook(hook)
+	offs := e.publish(t, ddlJSON("create", "f", 1), ddlJSON("create", "f", 2))
+	a := e.applierWith(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hook.armed.Store(true)
+	if _, err := a.CatchUp(ctx); err != nil {
+		t.Fatalf("CatchUp: %v", err)
+	}
+	if hook.armed.Load() {
+		t.Fatal("the injected HDEL failure was not hit")
+	}
+	if left, err := e.s.PendingDDLRejects(ctx, testenv.DDLTopic, 0); err != nil || len(left) != 1 {
+		t.Fatalf("claims after the failed delete = %+v, %v; want the one of offset %d", left, err, offs[1])
+	}
+	if _, err := a.CatchUp(ctx); err != nil { // the retry
+		t.Fatalf("CatchUp: %v", err)
+	}
+	if left, err := e.s.PendingDDLRejects(ctx, testenv.DDLTopic, 0); err != nil || len(left) != 0 {
+		t.Fatalf("claims after the retry = %+v, %v; want none", left, err)
+	}
+	if dl, n := e.dlqRecords(t); n != 1 || dl[offs[1]] == "" {
+		t.Fatalf("dlq = %v (%d records), want one record of offset %d", dl, n, offs[1])
 	}
 }
