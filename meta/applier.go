@@ -2,6 +2,8 @@ package meta
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +36,11 @@ type ApplierConfig struct {
 	// StallTimeout bounds how long CatchUp waits for a record below the end
 	// offsets it listed before giving up with an error; default 10s.
 	StallTimeout time.Duration
+	// ClaimTimeout is how old another instance's claim on sending a
+	// rejected DDL to the DLQ must be before this one takes it over and
+	// sends it itself (the owner crashed in between); default 30s. An
+	// instance's own send is bounded by half of it.
+	ClaimTimeout time.Duration
 }
 
 // Applier applies the DDL topic to Redis, exactly once per record.
@@ -68,6 +75,13 @@ type Applier struct {
 	// pending are outcomes handled but not yet returned, because the
 	// catch-up that handled them failed later on.
 	pending []Applied
+
+	id        string    // this instance, the owner of its DLQ claims
+	sweepNow  bool      // a DLQ claim may be owed: sweep on the next catch-up
+	lastSweep time.Time // when claims were last swept
+	// acked are claims of this instance whose DLQ record was acknowledged
+	// but whose deletion from Redis failed: a retry only deletes them.
+	acked map[claimKey]bool
 }
 
 var ddlOps = []string{OpCreate, OpReplace, OpDrop, OpResume, "unknown"}
@@ -90,6 +104,9 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 10 * time.Second
 	}
+	if cfg.ClaimTimeout <= 0 {
+		cfg.ClaimTimeout = 30 * time.Second
+	}
 	cl, err := kgo.NewClient(cfg.KafkaOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("applier: kafka client: %w", err)
@@ -103,6 +120,7 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 			Help:      "DDL records handled, by op and result (applied, unchanged, skipped, rejected, invalid).",
 		}, []string{"op", "result"}),
 		done: map[int32]int64{},
+		id:   instanceID(), sweepNow: true, acked: map[claimKey]bool{},
 	}
 	for _, op := range ddlOps {
 		for _, res := range []string{"applied", "unchanged", "skipped", "rejected", "invalid"} {
@@ -167,6 +185,11 @@ func (a *Applier) CatchUp(ctx context.Context) ([]Applied, error) {
 	if len(ends) == 0 {
 		return nil, fmt.Errorf("ddl catch-up: topic %s has no partitions", a.cfg.Topic)
 	}
+	parts := make([]int32, 0, len(ends))
+	for p := range ends {
+		parts = append(parts, p)
+	}
+	a.sweepRejects(ctx, parts)
 	if a.started && !a.reseek && !a.stale && a.caughtUp(ends) {
 		return nil, nil
 	}
@@ -196,6 +219,14 @@ func (a *Applier) CatchUp(ctx context.Context) ([]Applied, error) {
 	out := a.pending
 	a.pending = nil
 	return out, nil
+}
+
+// instanceID names one Applier for its DLQ claims: random, so that a
+// restarted process does not take its predecessor's claims for its own.
+func instanceID() string {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (a *Applier) caughtUp(ends map[int32]int64) bool {

@@ -32,6 +32,16 @@ type PartitionCommit struct {
 	// resolved ts of every live region of the partition, so that the next
 	// owner's checkpoint also waits for regions it has not heard from yet.
 	Regions map[uint64]uint64
+	// CheckFrom makes the commit a compare-and-set on the offset: it is
+	// refused as fenced (*OffsetMovedError) unless
+	// offset:<topic>:<partition> holds From, the offset the cycle's range
+	// starts at (the replica's last commit, or what it read on
+	// assignment), or is absent where From is -1 (the partition started
+	// from Kafka's committed offset or --start-offset). A stored value
+	// equal to NextOffset passes too: this commit went through before
+	// (a retry after a lost EXEC reply). The consumer always sets it.
+	CheckFrom bool
+	From      int64
 }
 
 // MetaRef is one committed meta object of a flow, a member of
@@ -68,7 +78,10 @@ type Commit struct {
 // Why a zombie cannot commit: the commit is one transaction that WATCHes
 // every lease key of c.Leases, reads them, and returns a *LeaseLostError
 // (writing nothing) if any is no longer held by the same member at the same
-// epoch. AcquireLease by a new owner changes the lease hash, so it either
+// epoch. It also WATCHes and compares each partition's offset key
+// (PartitionCommit.CheckFrom): a commit whose offsets Redis no longer holds
+// as this replica left them (lost writes) is fenced the same way
+// (*OffsetMovedError), so it can never skip the records in between. AcquireLease by a new owner changes the lease hash, so it either
 // happens before the read (the check fails) or between the read and EXEC
 // (the EXEC fails, the retry reads the new lease and the check fails). The
 // offsets, checkpoints, manifest entries and flow states are queued in the
@@ -97,6 +110,11 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			return fmt.Errorf("commit: coverage report of partition %s/%d has no lease in the commit", r.Topic, r.Partition)
 		}
 	}
+	for _, p := range c.Partitions {
+		if p.CheckFrom {
+			watch = append(watch, k.Offset(p.Topic, p.Partition))
+		}
+	}
 	for _, id := range c.Flows {
 		watch = append(watch, k.FlowInfo(id))
 	}
@@ -109,6 +127,9 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			if member != l.Member || epoch != l.Epoch {
 				return nil, &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
 			}
+		}
+		if err := checkFrom(ctx, tx, k, c.Partitions); err != nil {
+			return nil, err
 		}
 		live, err := existingFlows(ctx, tx, k, c.Flows)
 		if err != nil {
@@ -156,6 +177,58 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 	})
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// OffsetMovedError reports a commit refused because a partition's stored
+// offset is not where the cycle started: Redis lost acknowledged writes (an
+// unsynced AOF tail, a failover to a lagging replica) or someone else wrote
+// it. Committing would skip or repeat records, so the commit is fenced:
+// errors.Is(err, ErrLeaseLost) is true, the session ends, and the partition
+// is read again from the stored offset.
+type OffsetMovedError struct {
+	Topic     string
+	Partition int32
+	From      int64 // where the cycle started; -1: absent
+	Stored    int64 // offset:<topic>:<partition> now; -1: absent
+}
+
+// Error names the partition and both offsets.
+func (e *OffsetMovedError) Error() string {
+	str := func(o int64) string {
+		if o < 0 {
+			return "<absent>"
+		}
+		return strconv.FormatInt(o, 10)
+	}
+	return fmt.Sprintf("meta: offset of %s/%d moved under the commit: the cycle started at %s, Redis holds %s (lost writes?)",
+		e.Topic, e.Partition, str(e.From), str(e.Stored))
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true: the commit is fenced.
+func (e *OffsetMovedError) Is(target error) bool { return target == ErrLeaseLost }
+
+// checkFrom reads the offsets of the partitions with CheckFrom (WATCHed by
+// the caller) and returns an *OffsetMovedError for the first that is
+// neither where its cycle started nor already where it ends.
+func checkFrom(ctx context.Context, tx *redis.Tx, k Keys, parts []PartitionCommit) error {
+	for _, p := range parts {
+		if !p.CheckFrom {
+			continue
+		}
+		off, ok, err := getOffset(ctx, tx, k.Offset(p.Topic, p.Partition))
+		if err != nil {
+			return err
+		}
+		stored := int64(-1)
+		if ok {
+			stored = off
+		}
+		if stored == p.From || ok && off == p.NextOffset {
+			continue
+		}
+		return &OffsetMovedError{Topic: p.Topic, Partition: p.Partition, From: p.From, Stored: stored}
 	}
 	return nil
 }

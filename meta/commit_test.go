@@ -175,3 +175,63 @@ func TestMetasOrder(t *testing.T) {
 		t.Errorf("Metas of flow without metas = %v, %v", none, err)
 	}
 }
+
+// A commit is a compare-and-set on each partition's offset: if Redis lost
+// the replica's last commit (offset rewound) or the whole key, the next
+// commit is refused as fenced and writes nothing, so it cannot skip the
+// records in between. A commit retried after it went through passes.
+func TestCommitRefusesAMovedOffset(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	s := meta.NewStore(rdb, "", nil)
+	k := s.Keys()
+	const topic = "flowlog.apply"
+	l, err := s.AcquireLease(ctx, topic, 0, "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(from, next int64, meta_ string) error {
+		return s.Commit(ctx, meta.Commit{Leases: []meta.Lease{l},
+			Partitions: []meta.PartitionCommit{{Topic: topic, Partition: 0, NextOffset: next, CheckFrom: true, From: from}},
+			Metas:      []meta.MetaRef{{FlowID: 7, Path: meta_, MinResolvedTS: uint64(next)}}})
+	}
+	offset := func() string { v, _ := rdb.Get(ctx, k.Offset(topic, 0)).Result(); return v }
+	metas := func() int64 { return rdb.ZCard(ctx, k.Metas(7)).Val() }
+
+	if err := commit(5, 100, "m1"); !errors.Is(err, meta.ErrLeaseLost) {
+		t.Fatalf("first commit from 5 with no stored offset = %v, want fenced", err)
+	}
+	if err := commit(-1, 100, "m1"); err != nil {
+		t.Fatalf("first commit from an absent offset: %v", err)
+	}
+	if err := commit(100, 200, "m2"); err != nil {
+		t.Fatalf("second commit: %v", err)
+	}
+	if err := commit(100, 200, "m2"); err != nil {
+		t.Fatalf("second commit retried after it went through: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		lose   func() error
+		stored int64
+	}{
+		{"offset rewound", func() error { return rdb.Set(ctx, k.Offset(topic, 0), "100", 0).Err() }, 100},
+		{"offset key lost", func() error { return rdb.Del(ctx, k.Offset(topic, 0)).Err() }, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.lose(); err != nil {
+				t.Fatal(err)
+			}
+			before, n := offset(), metas()
+			err := commit(200, 300, "m3-"+tc.name)
+			var moved *meta.OffsetMovedError
+			if !errors.Is(err, meta.ErrLeaseLost) || !errors.As(err, &moved) || moved.From != 200 || moved.Stored != tc.stored {
+				t.Fatalf("commit after the loss = %v, want fenced (*OffsetMovedError from 200, stored %d)", err, tc.stored)
+			}
+			if offset() != before || metas() != n {
+				t.Errorf("refused commit wrote: offset %q (was %q), %d metas (was %d)", offset(), before, metas(), n)
+			}
+		})
+	}
+}

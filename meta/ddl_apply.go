@@ -48,8 +48,8 @@ type Applied struct {
 //
 // created_time and updated_time are set here. An invalid d returns a
 // *ValidationError, and semantic failures their errors, without writing
-// anything: the caller records the DLQ entry and then calls
-// AdvanceDDLOffset.
+// anything: the caller claims the record for the DLQ with ClaimDDLReject,
+// which advances the offset.
 func (s *Store) ApplyDDL(ctx context.Context, d DDL, pos DDLPosition) (Applied, error) {
 	if err := d.normalize(); err != nil {
 		return Applied{Op: d.Op}, err
@@ -237,8 +237,8 @@ func (s *Store) watchInfo(ctx context.Context, tx *redis.Tx, id FlowID) (FlowInf
 }
 
 // AdvanceDDLOffset sets ddl:offset of pos's partition to pos.NextOffset if
-// that is larger than the stored one: the offset of a DDL that was rejected
-// (and sent to the DLQ) still advances.
+// that is larger than the stored one. The Applier advances past a rejected
+// DDL with ClaimDDLReject instead, so that one instance sends it to the DLQ.
 func (s *Store) AdvanceDDLOffset(ctx context.Context, pos DDLPosition) error {
 	key := s.keys.DDLOffset(pos.Topic, pos.Partition)
 	err := s.txn(ctx, "advance_ddl_offset", []string{key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -18,6 +19,11 @@ type Flow struct {
 	ID     FlowID
 	Info   FlowInfo
 	Status string
+	// CoverageSeq is coverage:<id>:seq as of Info: the last pending
+	// coverage entry the DDL that wrote Info appended (0: none). Info and
+	// CoverageSeq are read in one MULTI, and a DDL writes both in one, so a
+	// router that routes Info stands past exactly the entries up to it.
+	CoverageSeq uint64
 }
 
 // registrySnapshot is one immutable view of the flows.
@@ -45,7 +51,7 @@ func NewRegistry(s *Store) *Registry {
 }
 
 // Refresh reloads every flow from Redis (the flows set, then each flow's
-// info and status in one pipeline) and swaps in the new snapshot. A flow
+// info, status and coverage seq in one MULTI) and swaps in the new snapshot. A flow
 // listed in the set whose info is gone (dropped meanwhile) is left out. On
 // error the previous snapshot stays.
 func (r *Registry) Refresh(ctx context.Context) error {
@@ -58,11 +64,13 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	k := r.s.keys
 	infos := make([]*redis.StringCmd, len(ids))
 	states := make([]*redis.StringCmd, len(ids))
+	seqs := make([]*redis.StringCmd, len(ids))
 	if len(ids) > 0 {
-		_, err = r.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err = r.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range ids {
 				infos[i] = p.Get(ctx, k.FlowInfo(id))
 				states[i] = p.HGet(ctx, k.FlowState(id), "status")
+				seqs[i] = p.Get(ctx, k.CoverageSeq(id))
 			}
 			return nil
 		})
@@ -92,6 +100,13 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			return fmt.Errorf("refresh registry: status of flow %d: %w", id, err)
 		}
 		f := &Flow{ID: id, Info: info, Status: status}
+		if v, err := seqs[i].Result(); err == nil {
+			if f.CoverageSeq, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return fmt.Errorf("refresh registry: parse %s = %q: %w", k.CoverageSeq(id), v, err)
+			}
+		} else if !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("refresh registry: coverage seq of flow %d: %w", id, err)
+		}
 		snap.flows = append(snap.flows, f)
 		snap.byID[id] = f
 		for _, t := range slices.Compact(slices.Sorted(slices.Values(info.SourceTableIDs))) {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/flowlog/flowlog/meta"
@@ -18,11 +19,15 @@ import (
 // definition from its start offset, so its values are those of the
 // committed position there.
 
-// covTable keys a captured boundary value.
-type covTable struct {
-	flow  meta.FlowID
-	table uint32
-	kind  string
+// covCapture is a partition's boundary values for the pending entries of
+// one flow numbered after < seq <= upto: the entries of the DDL the consume
+// loop saw applied between two registry views (a drop: every entry after).
+// Captures are per seq range, never per table, so a table removed, added and
+// removed again while the registry lagged gets each removal's own boundary.
+type covCapture struct {
+	flow         meta.FlowID
+	after, upto  uint64
+	since, until covValue
 }
 
 // covEntry keys a pending entry a partition has reported.
@@ -40,73 +45,67 @@ type covValue struct {
 // partCoverage is a partition's coverage state in this session.
 type partCoverage struct {
 	start    meta.PartitionStart
-	captured map[covTable]covValue
+	captured []covCapture
 	reported map[covEntry]bool
 	reports  []meta.CoverageReport // valued, for the next freeze
 }
 
 func newPartCoverage(start meta.PartitionStart) partCoverage {
-	return partCoverage{start: start, captured: map[covTable]covValue{}, reported: map[covEntry]bool{}}
+	return partCoverage{start: start, reported: map[covEntry]bool{}}
 }
 
-// captureBoundaries records, for every owned partition, the boundary
-// values of the tables each flow gained or lost between two views. Must
-// hold s.mu; the caller freezes right after when tables were lost.
-func (s *session) captureBoundaries(old, now map[meta.FlowID]string, flows []*meta.Flow) {
-	if old == nil {
+// captureBoundaries records, for every owned partition, its boundary
+// values for the coverage entries of every flow whose coverage seq moved
+// between two views (a created flow: from 0; a dropped one: every entry
+// after the old view's). Must hold s.mu; the caller freezes right after
+// when tables were lost.
+func (s *session) captureBoundaries(old, now flowView) {
+	if old.tables == nil {
 		return // the session's first view: partitions start on it
 	}
-	tables := func(id meta.FlowID, in map[meta.FlowID]string) map[uint32]bool {
-		out := map[uint32]bool{}
-		if _, ok := in[id]; !ok {
-			return out
-		}
-		for _, f := range flows {
-			if f.ID == id {
-				for _, t := range f.Info.SourceTableIDs {
-					out[t] = true
-				}
-			}
-		}
-		return out
-	}
-	type change struct {
-		key covTable
-	}
-	var changes []change
-	for id, sig := range now {
-		if was, ok := old[id]; ok && was == sig {
+	var caps []covCapture
+	for id := range now.tables {
+		was, ok := old.seqs[id]
+		if ok && was >= now.seqs[id] {
 			continue
 		}
-		before := parseTableSet(old[id])
-		for t := range tables(id, now) {
-			if !before[t] {
-				changes = append(changes, change{covTable{id, t, meta.CoverageSince}})
-			}
+		if !ok {
+			was = 0
 		}
-		for t := range before {
-			if !tables(id, now)[t] {
-				changes = append(changes, change{covTable{id, t, meta.CoverageUntil}})
-			}
+		caps = append(caps, covCapture{flow: id, after: was, upto: now.seqs[id]})
+	}
+	for id := range old.tables {
+		if _, ok := now.tables[id]; !ok {
+			caps = append(caps, covCapture{flow: id, after: old.seqs[id], upto: math.MaxUint64})
 		}
 	}
-	for id, sig := range old {
-		if _, ok := now[id]; ok {
-			continue
-		}
-		for t := range parseTableSet(sig) {
-			changes = append(changes, change{covTable{id, t, meta.CoverageUntil}})
-		}
-	}
-	if len(changes) == 0 {
+	if len(caps) == 0 {
 		return
 	}
 	tnow := time.Now()
 	for _, ps := range s.parts {
-		for _, ch := range changes {
-			ps.cov.captured[ch.key] = s.boundaryValue(ps, ch.key.kind, tnow)
+		since := s.boundaryValue(ps, meta.CoverageSince, tnow)
+		until := s.boundaryValue(ps, meta.CoverageUntil, tnow)
+		for _, c := range caps {
+			c.since, c.until = since, until
+			ps.cov.captured = append(ps.cov.captured, c)
 		}
 	}
+}
+
+// capturedValue is ps's captured value for entry e of flow id, and false if
+// the entry came before the partition's first view (its value is then that
+// of its start position).
+func (pc *partCoverage) capturedValue(id meta.FlowID, e meta.CoverageEntry) (covValue, bool) {
+	for _, c := range pc.captured {
+		if c.flow == id && c.after < e.Seq && e.Seq <= c.upto {
+			if e.Kind == meta.CoverageSince {
+				return c.since, true
+			}
+			return c.until, true
+		}
+	}
+	return covValue{}, false
 }
 
 // boundaryValue is ps's value for a bound of kind now: for since, the
@@ -165,7 +164,7 @@ func (s *session) collectCoverage(ctx context.Context) {
 					continue
 				}
 				ps.cov.reported[key] = true
-				v, ok := ps.cov.captured[covTable{pf.ID, e.Table, e.Kind}]
+				v, ok := ps.cov.capturedValue(pf.ID, e)
 				if !ok {
 					v = startValue(ps.cov.start, e.Kind)
 				}

@@ -13,6 +13,7 @@ import (
 type flowView struct {
 	version uint64
 	tables  map[meta.FlowID]string // flow id -> its sorted source tables
+	seqs    map[meta.FlowID]uint64 // flow id -> its coverage seq (meta.Flow.CoverageSeq)
 	labels  map[string]bool        // flow labels with metric series
 }
 
@@ -32,9 +33,11 @@ func (s *session) observeFlows() (changed bool) {
 	}
 	flows := c.d.Registry.Flows()
 	tables := make(map[meta.FlowID]string, len(flows))
+	seqs := make(map[meta.FlowID]uint64, len(flows))
 	labels := make(map[string]bool, len(flows))
 	for _, f := range flows {
 		tables[f.ID] = tableSet(f.Info.SourceTableIDs)
+		seqs[f.ID] = f.CoverageSeq
 		l := flowLabel(f.Info.CatalogName, f.Info.FlowName)
 		labels[l] = true
 		c.m.flowFatal.WithLabelValues(l)
@@ -53,8 +56,9 @@ func (s *session) observeFlows() (changed bool) {
 		}
 	}
 	c.flowLabels = labels
-	s.captureBoundaries(s.flows.tables, tables, flows)
-	s.flows = flowView{version: v, tables: tables, labels: labels}
+	view := flowView{version: v, tables: tables, seqs: seqs, labels: labels}
+	s.captureBoundaries(s.flows, view)
+	s.flows = view
 	s.covDirty = true
 	s.reconcileFatal()
 	return changed
@@ -107,17 +111,4 @@ func (c *Consumer) forgetFatal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	clear(c.fatal)
-}
-
-func parseTableSet(sig string) map[uint32]bool {
-	out := map[uint32]bool{}
-	if sig == "" {
-		return out
-	}
-	for _, p := range strings.Split(sig, ",") {
-		if t, err := strconv.ParseUint(p, 10, 32); err == nil {
-			out[uint32(t)] = true
-		}
-	}
-	return out
 }

@@ -21,6 +21,7 @@ import (
 type partCommit struct {
 	lease    meta.Lease
 	from, to int64
+	stored   int64 // offset:<topic>:<p> as the commit must find it (-1: absent)
 	ckpt     uint64
 	hasCkpt  bool
 	idle     bool // no live region: left out of the global checkpoint
@@ -325,6 +326,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		commit.Partitions = append(commit.Partitions, meta.PartitionCommit{
 			Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
 			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions, MaxTS: p.maxTS,
+			CheckFrom: true, From: p.stored,
 		})
 	}
 	for _, l := range cyc.covLeases {

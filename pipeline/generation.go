@@ -167,12 +167,16 @@ type partState struct {
 	lease      meta.Lease
 	next       int64  // offset after the last record handled
 	cycleFrom  int64  // first offset not yet part of a frozen cycle
+	stored     int64  // offset:<topic>:<p> once the cycles frozen so far commit (-1: absent)
 	frozenCkpt uint64 // checkpoint handed to the last cycle
 	frozenIdle bool   // the last cycle had no live region (ckpt idle)
-	regions    map[uint64]*regionState
-	hwm        int64
-	maxTS      uint64 // highest ts of the records handled (and committed before)
-	cov        partCoverage
+	// lateBelow is the highest checkpoint the partition committed or handed
+	// to a cycle: a write at or below it arrived late (late_events_total).
+	lateBelow uint64
+	regions   map[uint64]*regionState
+	hwm       int64
+	maxTS     uint64 // highest ts of the records handled (and committed before)
+	cov       partCoverage
 }
 
 // checkpoint is the min resolved ts over the partition's regions seen within

@@ -24,6 +24,7 @@ type metrics struct {
 	consumerLag     *prometheus.GaugeVec
 	cyclesTotal     *prometheus.CounterVec
 	inflightCycles  prometheus.Gauge
+	lateEvents      prometheus.Counter
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -104,11 +105,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "flush_cycles_inflight",
 			Help: "Frozen flush cycles not yet committed.",
 		}),
+		lateEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "late_events_total",
+			Help: "Write-CF puts whose commit ts is at or below their partition's last checkpoint: the upstream sent data after a resolved ts that claimed it complete. Backed up all the same; a checkpoint or window may have claimed them too early.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

@@ -53,6 +53,9 @@ type session struct {
 
 	batch  event.Batch
 	parsed []parsedEvent
+
+	lateLogged time.Time // when late events were last logged
+	lateCount  int       // late events since then
 }
 
 type parsedEvent struct {
@@ -258,7 +261,8 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	}
 	maxSize := int(c.cfg.MaxValueSize)
 	s.parsed = s.parsed[:0]
-	lock := 0
+	lock, late := 0, 0
+	var lateTS uint64
 	for i := range s.batch.Events {
 		ev := &s.batch.Events[i]
 		if ev.CF == event.CF_CF_LOCK {
@@ -279,6 +283,9 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 				return s.toDLQ(ctx, r, len(s.batch.Events), "write_record", fmt.Errorf("event %d: %w", i, err))
 			}
 			p.beginTS = w.StartTS
+			if ts <= ps.lateBelow {
+				late, lateTS = late+1, ts
+			}
 		}
 		ps.maxTS = max(ps.maxTS, ts)
 		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
@@ -299,6 +306,9 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 
 	if lock > 0 {
 		c.m.skipLock.Add(float64(lock))
+	}
+	if late > 0 {
+		s.lateEvents(ps, late, lateTS, now)
 	}
 	written, noFlow, noTable := 0, 0, 0
 	for i := range s.parsed {
@@ -339,6 +349,24 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		c.m.appendSeconds.Observe(time.Since(now).Seconds())
 	}
 	return nil
+}
+
+// lateEvents counts late events of one record: write-CF puts at or below
+// the partition's last checkpoint, which the upstream's resolved ts had
+// claimed complete (the upstream assumption of DESIGN 7: each region
+// announces its resolved ts before its data). They are backed up anyway,
+// but the checkpoint and coverage windows committed before may claim them
+// too early. Logged at most once a minute, with positions and ts only.
+func (s *session) lateEvents(ps *partState, n int, ts uint64, now time.Time) {
+	s.c.m.lateEvents.Add(float64(n))
+	s.lateCount += n
+	if now.Sub(s.lateLogged) < time.Minute {
+		return
+	}
+	s.c.log.Warn("late apply events: commit ts at or below the partition's checkpoint (a region sent data below a resolved ts already reported); backed up, but an earlier checkpoint or coverage window claimed them too early",
+		"partition", ps.partition, "region", s.batch.RegionID, "commit_ts", ts, "checkpoint", ps.lateBelow,
+		"late_events", s.lateCount)
+	s.lateLogged, s.lateCount = now, 0
 }
 
 func decodeReason(err error) string {
@@ -427,14 +455,18 @@ func (s *session) freeze(trigger string) *cycle {
 			continue // nothing new to commit for this partition
 		}
 		ps.frozenCkpt, ps.frozenIdle = ck, !ok
+		if ok {
+			ps.lateBelow = max(ps.lateBelow, ck)
+		}
 		regions := make(map[uint64]uint64, len(ps.regions))
 		for id, r := range ps.regions {
 			regions[id] = r.resolved
 		}
 		cyc.parts = append(cyc.parts, partCommit{
-			lease: ps.lease, from: ps.cycleFrom, to: ps.next, ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions, maxTS: ps.maxTS,
+			lease: ps.lease, from: ps.cycleFrom, to: ps.next, stored: ps.stored,
+			ckpt: ck, hasCkpt: ok, idle: !ok, regions: regions, maxTS: ps.maxTS,
 		})
-		ps.cycleFrom = ps.next
+		ps.cycleFrom, ps.stored = ps.next, ps.next
 	}
 	s.takeReports(cyc)
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
@@ -476,6 +508,9 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		}
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{},
 			maxTS: start.MaxTS, cov: newPartCoverage(start)}
+		if start.HasCkpt {
+			ps.lateBelow = start.Ckpt
+		}
 		s.covDirty = true
 		known, err := c.d.Store.PartitionRegions(ctx, c.d.ApplyTopic, p)
 		if err != nil {
@@ -490,9 +525,9 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		} else if ok {
 			off = kgo.NewOffset().At(o).WithEpoch(-1)
 			parts[p] = off
-			ps.next, ps.cycleFrom = o, o
+			ps.next, ps.cycleFrom, ps.stored = o, o, o
 		} else {
-			ps.next, ps.cycleFrom = -1, -1 // set by the first record
+			ps.next, ps.cycleFrom, ps.stored = -1, -1, -1 // next and cycleFrom set by the first record
 			if at := off.EpochOffset().Offset; at > 0 || at == -1 {
 				// Starting past the log start without a Redis offset (a
 				// Kafka commit, or --start-offset latest): records before

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // openWindows makes the pending coverage windows of every flow final as
@@ -121,5 +122,78 @@ func TestRestoreWithinCoverageWindows(t *testing.T) {
 	_, stderr, _, err = run(e.ts(30 * time.Minute))
 	if err == nil || !strings.Contains(err.Error(), "every table left out") || !strings.Contains(stderr, "left out table 1") {
 		t.Fatalf("restore with every table outside its window = %v\n%s", err, stderr)
+	}
+}
+
+// A dropped flow whose global_checkpoint object stopped before its coverage
+// windows began (dropped before a checkpoint advance passed their since)
+// is restorable up to its windows' ends: final windows need every apply
+// partition's report, and each report is committed with the data before
+// its boundary. With the object missing it is restorable the same way;
+// while a window is still open the restore fails and says why.
+func TestRestoreDroppedFlowCheckpointBeforeWindows(t *testing.T) {
+	e := newTimedEnv(t)
+	ctx := context.Background()
+	rdb := e.redis.Client(t)
+	info, _, err := e.store.FlowInfo(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.DestroyFlow(ctx, 1, info); err != nil {
+		t.Fatal(err)
+	}
+	ckptPath := sink.CheckpointPath("pre", "default", "f", "g1", 1)
+	e.gcs.CreateObject(fakeObject(ckptPath, sink.EncodeCheckpoint(e.ts(3*time.Minute))))
+	setWindows := func(until2 string) {
+		t.Helper()
+		w := map[string]string{
+			"1": fmt.Sprintf(`{"since":%d,"until":%d}`, e.ts(4*time.Minute), e.ts(50*time.Minute)),
+			"2": fmt.Sprintf(`{"since":%d,"until":%s}`, e.ts(4*time.Minute), until2),
+		}
+		if err := rdb.HSet(ctx, "flowlog:{flowlog}:coverage:1", w).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() (string, string, string, error) {
+		out := filepath.Join(t.TempDir(), "out")
+		stderr, stdout, err := captureStderr(t, func() error {
+			return runRestore(ctx, e.args("--flow-id", "1", "--out", out, "--temp-dir", t.TempDir()))
+		})
+		return out, stderr, stdout, err
+	}
+	late := []string{rowHex(1, 1) + "=late@" + fmt.Sprint(e.ts(48*time.Minute))}
+	nine := []string{rowHex(2, 9) + "=nine@" + fmt.Sprint(e.ts(6*time.Minute))}
+	check := func(name string) {
+		t.Helper()
+		out, stderr, stdout, err := run()
+		if err != nil {
+			t.Fatalf("%s: restore: %v\n%s%s", name, err, stdout, stderr)
+		}
+		if got := restoredAsOf(t, stdout); got != e.ts(50*time.Minute) {
+			t.Errorf("%s: restored as of %d, want the windows' end %d", name, got, e.ts(50*time.Minute))
+		}
+		if got := readJSONL(t, filepath.Join(out, "1.jsonl")); fmt.Sprint(got) != fmt.Sprint(late) {
+			t.Errorf("%s: table 1 = %v, want %v", name, got, late)
+		}
+		if got := readJSONL(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint(nine) {
+			t.Errorf("%s: table 2 = %v, want %v", name, got, nine)
+		}
+	}
+
+	setWindows(fmt.Sprint(e.ts(50 * time.Minute)))
+	check("checkpoint object before the windows")
+	if err := e.bucket.Delete(ctx, ckptPath); err != nil {
+		t.Fatal(err)
+	}
+	check("checkpoint object missing")
+
+	setWindows("null") // table 2's window is not final yet
+	e.gcs.CreateObject(fakeObject(ckptPath, sink.EncodeCheckpoint(e.ts(3*time.Minute))))
+	out, stderr, stdout, err := run()
+	if err == nil || !strings.Contains(err.Error(), "every table left out") || !strings.Contains(stderr, "left out table 1") {
+		t.Fatalf("restore with an open window and the checkpoint before every window = %v\n%s%s", err, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "1.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed restore wrote table 1 (stat: %v)", err)
 	}
 }

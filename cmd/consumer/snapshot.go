@@ -169,29 +169,50 @@ func snapshotErr(err error, ref flowRef) error {
 // verb names the command's work in a message ("restoring").
 func pickTS(ctx context.Context, st flowStore, b sink.Bucket, conn *connConfig, ref flowRef, arg *tsFlag, verb string) (uint64, error) {
 	ckpt, err := checkpoint(ctx, st, b, conn, ref)
-	if err != nil {
+	// A dropped flow whose windows are all final and closed is restorable
+	// up to their ends whatever its checkpoint says: a window is final only
+	// once every apply partition reported its bound, and each report is
+	// committed with the data before it. The checkpoint object may have
+	// stopped before the windows began (dropped before an advance passed
+	// their since), lie past them (a replica that had not seen the drop),
+	// or be missing (never written).
+	var end uint64
+	closed := false
+	if ref.Dropped {
+		var werr error
+		if end, closed, werr = lastWindowEnd(ctx, st, ref.ID); werr != nil {
+			return 0, werr
+		}
+	}
+	switch {
+	case closed && err != nil:
+		fmt.Fprintf(os.Stderr, "flow %s/%s (id %d) was dropped and its checkpoint is unreadable (%v); its coverage windows are final, so it is restorable up to their end\n",
+			ref.Catalog, ref.Name, ref.ID, err)
+		ckpt = 0
+	case err != nil:
 		return 0, err
+	}
+	bound := ckpt
+	if closed {
+		bound = max(ckpt, end)
 	}
 	ts := arg.ts
 	switch {
-	case ckpt == 0:
+	case bound == 0:
 		return 0, fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
+	case ts == 0 && closed:
+		// A dropped flow's windows all ended: as of the last end, not its
+		// checkpoint, which may lie before or past them.
+		ts = end
+		if end != ckpt {
+			fmt.Printf("flow %s/%s (id %d) was dropped: %s as of the end of its last coverage window, %d (%s)\n",
+				ref.Catalog, ref.Name, ref.ID, verb, end, tsTime(end))
+		}
 	case ts == 0:
 		ts = ckpt
-		if ref.Dropped {
-			// A dropped flow's windows all ended; its last checkpoint may
-			// lie past them (a replica that had not seen the drop yet).
-			if end, ok, err := lastWindowEnd(ctx, st, ref.ID); err != nil {
-				return 0, err
-			} else if ok && end < ts {
-				fmt.Printf("flow %s/%s (id %d) was dropped: %s as of the end of its last coverage window, %d (%s)\n",
-					ref.Catalog, ref.Name, ref.ID, verb, end, tsTime(end))
-				ts = end
-			}
-		}
-	case ts > ckpt:
+	case ts > bound:
 		return 0, fmt.Errorf("--ts %s is past the flow's checkpoint %d (%s): later data may still be incomplete",
-			arg.describe(), ckpt, tsTime(ckpt))
+			arg.describe(), bound, tsTime(bound))
 	}
 	return ts, nil
 }
