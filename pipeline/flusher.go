@@ -43,7 +43,8 @@ type cycle struct {
 	covLeases []meta.Lease
 
 	closed  bool
-	flows   []*flowUpload // files grouped by flow, built on the first attempt
+	flows   []*flowUpload // files grouped by flow, built by the builder or the first attempt
+	prepErr error         // a failed seal in prepare, returned by the next attempt
 	started time.Time
 
 	done chan struct{}
@@ -117,6 +118,11 @@ func (f *flusher) close() {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
+	f.wakeUp()
+}
+
+// wakeUp wakes next if it waits.
+func (f *flusher) wakeUp() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -180,9 +186,15 @@ func (f *flusher) anyFatal() bool {
 	return len(f.c.fatal) > 0
 }
 
+// next takes the oldest queued cycle, waiting for one; it returns nil once
+// the flusher is closed and drained, or has failed.
 func (f *flusher) next() *cycle {
 	for {
 		f.mu.Lock()
+		if f.err != nil {
+			f.mu.Unlock()
+			return nil
+		}
 		if len(f.queue) > 0 {
 			cyc := f.queue[0]
 			f.queue = f.queue[1:]
@@ -213,13 +225,14 @@ func (f *flusher) finish(cyc *cycle, err error) {
 }
 
 // run processes cycles until close is called and the queue is empty, or ctx
-// is canceled (a hard stop: files stay for the next start to clean up).
+// is canceled (a hard stop: files stay for the next start to clean up). It
+// is the committer; the builder stage (buildLoop, prepare.go) runs on a
+// goroutine run starts and waits for.
 func (f *flusher) run(ctx context.Context) {
-	for {
-		cyc := f.next()
-		if cyc == nil {
-			return
-		}
+	built := make(chan *cycle)
+	stop := make(chan struct{})
+	go f.buildLoop(ctx, built, stop)
+	for cyc := range built {
 		err := f.process(ctx, cyc)
 		if err == nil {
 			cyc.discard()
@@ -243,16 +256,20 @@ func (f *flusher) run(ctx context.Context) {
 				r.discard()
 				f.finish(r, err)
 			}
+			// The builder stops at its next take (next sees f.err) and
+			// gives up the cycle it holds, if any.
+			close(stop)
+			f.wakeUp()
+			for r := range built {
+				f.abandon(r)
+			}
 			return
 		}
 		// Canceled: a hard stop.
-		for {
-			c := f.next()
-			if c == nil {
-				return
-			}
+		for c := range built {
 			f.finish(c, err)
 		}
+		return
 	}
 }
 
@@ -288,16 +305,12 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 // Redis, commit in Kafka, advance the checkpoint.
 func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c := f.c
-	if !cyc.closed {
-		start := time.Now()
-		for _, tf := range cyc.files {
-			if err := tf.close(); err != nil {
-				return fmt.Errorf("%w: %w", ErrTempWrite, err)
-			}
-		}
-		cyc.flows = groupByFlow(cyc.files)
-		cyc.closed = true
-		c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
+	if err := cyc.prepErr; err != nil {
+		cyc.prepErr = nil
+		return err
+	}
+	if err := f.seal(cyc); err != nil {
+		return err
 	}
 
 	start := time.Now()

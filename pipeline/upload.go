@@ -115,11 +115,9 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 	c := f.c
 	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
 	if fu.spool == "" {
-		start := time.Now()
-		if err := f.build(cyc, fu); err != nil {
-			return fmt.Errorf("flow %s/%s: build data object: %w", cat, name, err)
+		if err := f.buildFlow(cyc, fu); err != nil {
+			return err
 		}
-		c.m.flushDuration.WithLabelValues("build").Observe(time.Since(start).Seconds())
 	}
 	if !fu.dataDone {
 		sp, err := os.Open(fu.spool)
@@ -235,7 +233,10 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 		}
 		first = false
 	}
-	if err := out.Sync(); err != nil {
+	// No fsync: a spool is only ever read by this process (a restart
+	// removes it with the temp files and consumes the cycle again), and a
+	// sync per cycle would wait on the disk for nothing.
+	if err := out.Close(); err != nil {
 		return err
 	}
 	for _, p := range cyc.parts {

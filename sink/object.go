@@ -90,8 +90,11 @@ func getEncoder() (*zstd.Encoder, error) {
 		return enc, nil
 	default:
 	}
+	// No frame checksum (xxhash64): every chunk's meta carries the sha256
+	// of its uncompressed bytes, which restore and verify check, and the
+	// upload carries the object's CRC32C.
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(zstdEncWindow))
+		zstd.WithWindowSize(zstdEncWindow), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
