@@ -43,21 +43,17 @@ type cycle struct {
 	covLeases []meta.Lease
 
 	closed  bool
-	flows   []*flowUpload // files grouped by flow, built by the builder or the first attempt
-	prepErr error         // a failed seal in prepare, returned by the next attempt
+	flows   []*flowUpload // files grouped by flow, built on the first attempt
 	started time.Time
 
 	done chan struct{}
 	err  error
 }
 
-// discard removes the cycle's temp and spool files.
+// discard removes the cycle's temp files.
 func (cyc *cycle) discard() {
 	for _, tf := range cyc.files {
 		tf.remove()
-	}
-	for _, fu := range cyc.flows {
-		fu.removeSpool()
 	}
 }
 
@@ -118,11 +114,6 @@ func (f *flusher) close() {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
-	f.wakeUp()
-}
-
-// wakeUp wakes next if it waits.
-func (f *flusher) wakeUp() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -186,15 +177,9 @@ func (f *flusher) anyFatal() bool {
 	return len(f.c.fatal) > 0
 }
 
-// next takes the oldest queued cycle, waiting for one; it returns nil once
-// the flusher is closed and drained, or has failed.
 func (f *flusher) next() *cycle {
 	for {
 		f.mu.Lock()
-		if f.err != nil {
-			f.mu.Unlock()
-			return nil
-		}
 		if len(f.queue) > 0 {
 			cyc := f.queue[0]
 			f.queue = f.queue[1:]
@@ -225,14 +210,13 @@ func (f *flusher) finish(cyc *cycle, err error) {
 }
 
 // run processes cycles until close is called and the queue is empty, or ctx
-// is canceled (a hard stop: files stay for the next start to clean up). It
-// is the committer; the builder stage (buildLoop, prepare.go) runs on a
-// goroutine run starts and waits for.
+// is canceled (a hard stop: files stay for the next start to clean up).
 func (f *flusher) run(ctx context.Context) {
-	built := make(chan *cycle)
-	stop := make(chan struct{})
-	go f.buildLoop(ctx, built, stop)
-	for cyc := range built {
+	for {
+		cyc := f.next()
+		if cyc == nil {
+			return
+		}
 		err := f.process(ctx, cyc)
 		if err == nil {
 			cyc.discard()
@@ -256,20 +240,16 @@ func (f *flusher) run(ctx context.Context) {
 				r.discard()
 				f.finish(r, err)
 			}
-			// The builder stops at its next take (next sees f.err) and
-			// gives up the cycle it holds, if any.
-			close(stop)
-			f.wakeUp()
-			for r := range built {
-				f.abandon(r)
-			}
 			return
 		}
 		// Canceled: a hard stop.
-		for c := range built {
+		for {
+			c := f.next()
+			if c == nil {
+				return
+			}
 			f.finish(c, err)
 		}
-		return
 	}
 }
 
@@ -305,10 +285,6 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 // Redis, commit in Kafka, advance the checkpoint.
 func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c := f.c
-	if err := cyc.prepErr; err != nil {
-		cyc.prepErr = nil
-		return err
-	}
 	if err := f.seal(cyc); err != nil {
 		return err
 	}

@@ -5,20 +5,31 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // A generation keeps at most maxOpen files open however many it has: a
 // closed file is opened again for the next append, and what it holds in the
-// end (bytes, entries, sha256) is what was appended, in order.
+// end (bytes, entries, sha256) is what was appended, in order, stored as is
+// or as zstd frames, with its stored length and CRC32C.
 func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
+	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
+		t.Run(compression, func(t *testing.T) { testGenerationCap(t, compression) })
+	}
+}
+
+func testGenerationCap(t *testing.T, compression string) {
 	const maxOpen, nFiles, rounds = 3, 10, 6
-	g := newGeneration(t.TempDir(), 1, maxOpen)
+	g := newGeneration(t.TempDir(), 1, maxOpen, compression)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	want := map[fileKey][]byte{}
 	for round := range rounds {
@@ -75,10 +86,7 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 		if tf.f != nil || tf.buf != nil || tf.g != nil {
 			t.Fatalf("%s still open or attached after seal", tf.path)
 		}
-		got, err := os.ReadFile(tf.path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := readChunkFile(t, tf)
 		sum := sha256.Sum256(got)
 		if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) || tf.entries != rounds {
 			t.Fatalf("%s: %d bytes on disk (want %d, size says %d), %d entries, sum matches %v",
@@ -97,6 +105,32 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 	}
 }
 
+// readChunkFile reads a sealed temp file, checks its stored length and
+// CRC32C, and returns its framed bytes, decompressed if it is zstd.
+func readChunkFile(t *testing.T, tf *tempFile) []byte {
+	t.Helper()
+	stored, err := os.ReadFile(tf.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(stored)) != tf.stored || sink.CRC32C(stored) != tf.crc {
+		t.Fatalf("%s: %d bytes, CRC32C %08x on disk; file says %d, %08x", tf.path, len(stored), sink.CRC32C(stored), tf.stored, tf.crc)
+	}
+	if !tf.zstd {
+		return stored
+	}
+	d, err := zstd.NewReader(bytes.NewReader(stored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	raw, err := io.ReadAll(d)
+	if err != nil {
+		t.Fatalf("%s: decompress: %v", tf.path, err)
+	}
+	return raw
+}
+
 func countOpen(g *generation) int {
 	n := 0
 	for _, tf := range g.files {
@@ -108,9 +142,16 @@ func countOpen(g *generation) int {
 }
 
 // A file that was created but got no entry (or never opened) is sealed as
-// an empty file, so the flusher always finds one.
+// an empty chunk (no bytes, or one empty zstd frame), so the flusher always
+// finds one.
 func TestSealCreatesUnopenedFile(t *testing.T) {
-	g := newGeneration(t.TempDir(), 1, 1)
+	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
+		t.Run(compression, func(t *testing.T) { testSealUnopened(t, compression) })
+	}
+}
+
+func testSealUnopened(t *testing.T, compression string) {
+	g := newGeneration(t.TempDir(), 1, 1, compression)
 	tf, err := g.file(fileKey{flow: 1, table: 1}, &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "c", FlowName: "f"}})
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +160,8 @@ func TestSealCreatesUnopenedFile(t *testing.T) {
 	if len(files) != 1 || files[0] != tf {
 		t.Fatalf("seal gave %d files", len(files))
 	}
-	fi, err := os.Stat(tf.path)
-	if err != nil || fi.Size() != 0 {
-		t.Fatalf("sealed unopened file: %v, %v", fi, err)
+	if raw := readChunkFile(t, tf); len(raw) != 0 || compression == sink.CompressionNone && tf.stored != 0 {
+		t.Fatalf("sealed unopened file: %d bytes stored, %d framed", tf.stored, len(raw))
 	}
 	empty := sha256.Sum256(nil)
 	if tf.sum != hex.EncodeToString(empty[:]) {

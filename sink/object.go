@@ -90,6 +90,10 @@ func getEncoder() (*zstd.Encoder, error) {
 		return enc, nil
 	default:
 	}
+	return newEncoder()
+}
+
+func newEncoder() (*zstd.Encoder, error) {
 	// No frame checksum (xxhash64): every chunk's meta carries the sha256
 	// of its uncompressed bytes, which restore and verify check, and the
 	// upload carries the object's CRC32C.
@@ -109,6 +113,27 @@ func putEncoder(enc *zstd.Encoder) {
 	case idleEncoders <- enc:
 	default:
 	}
+}
+
+// frameEncoder compresses the zstd frames of AppendZstdFrame. EncodeAll is
+// safe for concurrent use; with an encoder concurrency of one, callers take
+// turns and one encoder state (about 2.5 MiB) serves them all.
+var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return newEncoder()
+})
+
+// AppendZstdFrame appends src to dst as one zstd frame, with the settings
+// of ObjectWriter's chunks (fastest level, 1 MiB window, no frame
+// checksum), and returns the extended slice. A chunk may be a run of such
+// frames back to back: a zstd stream of several frames decodes to their
+// contents in order, which is what OpenChunk and every zstd reader do. An
+// empty src gives a frame of no content.
+func AppendZstdFrame(dst, src []byte) ([]byte, error) {
+	enc, err := frameEncoder()
+	if err != nil {
+		return dst, err
+	}
+	return enc.EncodeAll(src, dst), nil
 }
 
 // Size is the number of bytes written so far.
