@@ -32,6 +32,9 @@ type generation struct {
 	open    int       // files with a handle and a buffer
 	lru     tempFile  // sentinel of the ring of open files, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
+
+	pending  []*tempFile // files with full buffers queued (spill.go)
+	npending int         // buffers queued
 }
 
 func newGeneration(root string, id uint64, maxOpen int, compression string) *generation {
@@ -137,6 +140,7 @@ func (g *generation) forget(t *tempFile) {
 // flusher closes it (tempFile.close). The generation takes no appends after
 // it.
 func (g *generation) seal() (files []*tempFile, mem int64) {
+	_ = g.drain() // errors stay with their files
 	files = make([]*tempFile, 0, len(g.files))
 	for t := g.lru.next; t != &g.lru; {
 		next := t.next

@@ -91,6 +91,9 @@ type tempFile struct {
 	stored int64  // bytes on disk: the chunk's stored length
 	crc    uint32 // CRC32C of the bytes on disk
 
+	pending [][]byte // full buffers queued for the generation's next drain (spill.go)
+	queued  bool     // in the generation's list of files with queued buffers
+
 	size           int64 // framed bytes, buffered included
 	entries        int64
 	minTS, maxTS   uint64
@@ -138,7 +141,10 @@ func (t *tempFile) shut() error {
 	if t.f == nil {
 		return nil
 	}
-	err := t.spill()
+	err := t.writeQueued()
+	if serr := t.spill(); err == nil {
+		err = serr
+	}
 	if cerr := t.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", t.path, cerr)
 	}
@@ -165,12 +171,16 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
 	if len(t.buf)+n > cap(t.buf) {
-		if err := t.spill(); err != nil {
+		if err := t.queueBuf(); err != nil {
 			return err
 		}
 	}
 	if n > cap(t.buf) {
-		// A large entry goes straight through, hashed on the way.
+		// A large entry goes straight through, hashed on the way, after
+		// what the file has queued.
+		if err := t.writeQueued(); err != nil {
+			return err
+		}
 		if err := t.write(event.AppendEntry(make([]byte, 0, n), key, value)); err != nil {
 			return err
 		}
@@ -248,7 +258,7 @@ func (t *tempFile) seal() error {
 	if t.sum != "" {
 		return t.err
 	}
-	emptyFrame := t.zstd && t.stored == 0 && len(t.buf) == 0
+	emptyFrame := t.zstd && t.stored == 0 && len(t.buf) == 0 && len(t.pending) == 0
 	if t.f == nil && (!t.created || emptyFrame) {
 		if err := t.open(); err != nil {
 			t.err = err
@@ -282,6 +292,7 @@ func (t *tempFile) close() error {
 // remove closes (if needed) and deletes the file, and leaves its
 // generation's accounting if it is still current.
 func (t *tempFile) remove() {
+	t.dropQueued()
 	if t.g != nil {
 		t.g.forget(t)
 	}

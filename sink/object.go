@@ -90,14 +90,14 @@ func getEncoder() (*zstd.Encoder, error) {
 		return enc, nil
 	default:
 	}
-	return newEncoder()
+	return newEncoder(1)
 }
 
-func newEncoder() (*zstd.Encoder, error) {
+func newEncoder(concurrency int) (*zstd.Encoder, error) {
 	// No frame checksum (xxhash64): every chunk's meta carries the sha256
 	// of its uncompressed bytes, which restore and verify check, and the
 	// upload carries the object's CRC32C.
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(concurrency),
 		zstd.WithWindowSize(zstdEncWindow), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
@@ -115,11 +115,15 @@ func putEncoder(enc *zstd.Encoder) {
 	}
 }
 
+// frameEncoders is how many AppendZstdFrame calls compress at once; more
+// wait their turn.
+const frameEncoders = 4
+
 // frameEncoder compresses the zstd frames of AppendZstdFrame. EncodeAll is
-// safe for concurrent use; with an encoder concurrency of one, callers take
-// turns and one encoder state (about 2.5 MiB) serves them all.
+// safe for concurrent use, with one encoder state (up to about 2.5 MiB)
+// per call in progress, at most frameEncoders.
 var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
-	return newEncoder()
+	return newEncoder(frameEncoders)
 })
 
 // AppendZstdFrame appends src to dst as one zstd frame, with the settings
