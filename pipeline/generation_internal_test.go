@@ -192,19 +192,22 @@ func TestCapOpenFiles(t *testing.T) {
 
 // Buffers queued across many files and written by parallel drains, with
 // large entries and evictions in between, land in each file in append
-// order, for both compressions.
+// order, for both compressions; a second flow's files that get the same
+// entries (a table in two flows: equal buffers, compressed once) too.
 func TestGenerationDrainKeepsOrder(t *testing.T) {
 	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
 		t.Run(compression, func(t *testing.T) {
-			// Files 12 and 13 get an entry now and then, evicting others.
-			const maxOpen, nFiles, rounds = 12, 14, 300
+			// Files 0-11 of flow 1 and 0, 3, 6, 9 of flow 2 fit the cap;
+			// 12 and 13 get an entry now and then, evicting others.
+			const maxOpen, nFiles, common, rounds = 16, 14, 12, 300
 			g := newGeneration(t.TempDir(), 1, maxOpen, compression)
 			flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+			flow2 := &meta.Flow{ID: 2, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f2"}}
 			want := map[fileKey][]byte{}
 			drains := 0
 			for round := range rounds {
 				for i := range nFiles {
-					if i >= maxOpen && round%50 != 0 {
+					if i >= common && round%50 != 0 {
 						continue
 					}
 					key := fileKey{flow: 1, table: 1, region: uint64(i), cf: event.CF_CF_DEFAULT, op: event.Op_OP_PUT}
@@ -226,6 +229,18 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 						drains++
 					}
 					want[key] = event.AppendEntry(want[key], k, v)
+					if i%3 == 0 {
+						key2 := key
+						key2.flow = 2
+						tf2, err := g.file(key2, flow2)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := tf2.append(k, v, uint64(round+1), 0); err != nil {
+							t.Fatalf("append round %d file %d of flow 2: %v", round, i, err)
+						}
+						want[key2] = event.AppendEntry(want[key2], k, v)
+					}
 				}
 			}
 			files, _ := g.seal()

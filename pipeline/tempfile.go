@@ -221,27 +221,35 @@ func (t *tempFile) spill() error {
 }
 
 // frameBufs holds the buffers zstd frames are compressed into on their way
-// to disk: one per writer at a time, whatever the number of open files.
+// to disk: one per write in progress, or per distinct buffer of a drain.
 var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, tempBufSize+tempBufSize/8); return &b }}
 
-// write hashes the framed bytes raw and writes them, as one zstd frame if
-// the file is compressed, keeping the stored length and CRC32C.
-func (t *tempFile) write(raw []byte) error {
-	t.hash.Write(raw)
-	out := raw
-	if t.zstd {
-		fb := frameBufs.Get().(*[]byte)
-		defer func() {
-			if cap(*fb) <= 2*tempBufSize {
-				frameBufs.Put(fb)
-			}
-		}()
-		var err error
-		if *fb, err = sink.AppendZstdFrame((*fb)[:0], raw); err != nil {
-			return fmt.Errorf("write %s: %w", t.path, err)
-		}
-		out = *fb
+func putFrameBuf(fb *[]byte) {
+	if fb != nil && cap(*fb) <= 2*tempBufSize {
+		frameBufs.Put(fb)
 	}
+}
+
+// write writes the framed bytes raw, as one zstd frame if the file is
+// compressed (writeOut).
+func (t *tempFile) write(raw []byte) error {
+	if !t.zstd {
+		return t.writeOut(raw, raw)
+	}
+	fb := frameBufs.Get().(*[]byte)
+	defer putFrameBuf(fb)
+	var err error
+	if *fb, err = sink.AppendZstdFrame((*fb)[:0], raw); err != nil {
+		return fmt.Errorf("write %s: %w", t.path, err)
+	}
+	return t.writeOut(raw, *fb)
+}
+
+// writeOut hashes the framed bytes raw and writes out, what is stored for
+// them (raw itself, or its zstd frame), keeping the stored length and
+// CRC32C.
+func (t *tempFile) writeOut(raw, out []byte) error {
+	t.hash.Write(raw)
 	n, err := t.f.Write(out)
 	t.stored += int64(n)
 	t.crc = sink.UpdateCRC32C(t.crc, out[:n])
