@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -117,9 +116,6 @@ type frameJob struct {
 	err   error
 }
 
-// drainSeed seeds the hashes that find equal buffers in a drain.
-var drainSeed = maphash.MakeSeed()
-
 // drain writes every queued buffer of the generation and returns the write
 // errors. With zstd it first compresses each distinct buffer once (a table
 // in two flows fills equal buffers in both flows' files), spread over up
@@ -160,16 +156,20 @@ func (g *generation) drain() error {
 }
 
 // distinctBuffers lists the distinct buffers queued on files, and for each
-// file the job of each of its buffers.
+// file the job of each of its buffers. Equal buffers are looked for only
+// among siblings, files whose keys differ in the flow alone: they get the
+// same entries when their table is in several flows. (A mismatch shows in
+// the first bytes, the entry's key, so comparing costs little.)
 func distinctBuffers(files []*tempFile) (jobs []*frameJob, per [][]*frameJob) {
-	seen := map[uint64][]*frameJob{}
+	seen := map[fileKey][]*frameJob{}
 	per = make([][]*frameJob, len(files))
 	for i, t := range files {
 		per[i] = make([]*frameJob, len(t.pending))
+		sibling := t.key
+		sibling.flow = 0
 		for k, b := range t.pending {
-			h := maphash.Bytes(drainSeed, b)
 			var job *frameJob
-			for _, j := range seen[h] {
+			for _, j := range seen[sibling] {
 				if bytes.Equal(j.raw, b) {
 					job = j
 					break
@@ -177,7 +177,7 @@ func distinctBuffers(files []*tempFile) (jobs []*frameJob, per [][]*frameJob) {
 			}
 			if job == nil {
 				job = &frameJob{raw: b}
-				seen[h] = append(seen[h], job)
+				seen[sibling] = append(seen[sibling], job)
 				jobs = append(jobs, job)
 			}
 			per[i][k] = job
