@@ -18,7 +18,7 @@ const (
 // the soft RLIMIT_NOFILE to the hard limit where allowed (Go does this by
 // itself on Linux; a process started with a lower soft limit may not have
 // it), and caps MaxOpenFiles at half the soft limit, leaving the other half
-// to Kafka, Redis and GCS connections, the flusher's chunk and spool files
+// to Kafka, Redis and GCS connections, the chunk files the flusher uploads
 // and the HTTP server.
 func (c *Config) applyFileLimits(log *slog.Logger) {
 	if c.MaxOpenFiles == 0 {

@@ -47,7 +47,7 @@ func (f *flusher) refreshStale(cyc *cycle) bool {
 	cyc.renames++
 	id := fmt.Sprintf("%s-r%d", cyc.id, cyc.renames)
 	for _, fu := range cyc.flows {
-		if fu.spool == "" {
+		if !fu.built {
 			continue // not built yet: it gets fresh names when it is
 		}
 		cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName

@@ -177,7 +177,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// The flusher exists before the client: the group's callbacks may run
 	// as soon as kgo.NewClient starts joining.
 	s.fl = newFlusher(c, s)
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles)
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
 	c.forgetFatal()
 	reset := kgo.NewOffset().AtStart()
 	if c.cfg.StartOffset == "latest" {

@@ -56,13 +56,10 @@ type cycle struct {
 	err  error
 }
 
-// discard removes the cycle's temp and spool files.
+// discard removes the cycle's temp files.
 func (cyc *cycle) discard() {
 	for _, tf := range cyc.files {
 		tf.remove()
-	}
-	for _, fu := range cyc.flows {
-		fu.removeSpool()
 	}
 }
 
@@ -294,16 +291,8 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 // Redis, commit in Kafka, advance the checkpoint.
 func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c := f.c
-	if !cyc.closed {
-		start := time.Now()
-		for _, tf := range cyc.files {
-			if err := tf.close(); err != nil {
-				return fmt.Errorf("%w: %w", ErrTempWrite, err)
-			}
-		}
-		cyc.flows = groupByFlow(cyc.files)
-		cyc.closed = true
-		c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
+	if err := f.seal(cyc); err != nil {
+		return err
 	}
 
 	start := time.Now()

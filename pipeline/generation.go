@@ -24,6 +24,7 @@ type generation struct {
 	id      uint64
 	root    string
 	maxOpen int
+	compr   string // chunk compression its files are written with
 	files   map[fileKey]*tempFile
 	dirs    map[meta.FlowID]string
 	bytes   int64     // framed bytes of its files
@@ -31,10 +32,13 @@ type generation struct {
 	open    int       // files with a handle and a buffer
 	lru     tempFile  // sentinel of the ring of open files, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
+
+	pending  []*tempFile // files with full buffers queued (spill.go)
+	npending int         // buffers queued
 }
 
-func newGeneration(root string, id uint64, maxOpen int) *generation {
-	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), files: map[fileKey]*tempFile{}, dirs: map[meta.FlowID]string{}}
+func newGeneration(root string, id uint64, maxOpen int, compression string) *generation {
+	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), compr: compression, files: map[fileKey]*tempFile{}, dirs: map[meta.FlowID]string{}}
 	g.lru.prev, g.lru.next = &g.lru, &g.lru
 	return g
 }
@@ -71,7 +75,7 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	// name apart from the old one (DESIGN 4).
 	name := fmt.Sprintf("f%d-g%d-p%d-t%d-r%d-%s-%s%s.tmp", key.flow, g.id, key.partition, key.table, key.region,
 		sink.CFName(key.cf), sink.OpName(key.op), meta)
-	f := newTempFile(filepath.Join(dir, name), key, flow)
+	f := newTempFile(filepath.Join(dir, name), key, flow, g.compr)
 	f.g = g
 	g.files[key] = f
 	g.mem += f.mem()
@@ -136,6 +140,7 @@ func (g *generation) forget(t *tempFile) {
 // flusher closes it (tempFile.close). The generation takes no appends after
 // it.
 func (g *generation) seal() (files []*tempFile, mem int64) {
+	_ = g.drain() // errors stay with their files
 	files = make([]*tempFile, 0, len(g.files))
 	for t := g.lru.next; t != &g.lru; {
 		next := t.next

@@ -5,20 +5,31 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // A generation keeps at most maxOpen files open however many it has: a
 // closed file is opened again for the next append, and what it holds in the
-// end (bytes, entries, sha256) is what was appended, in order.
+// end (bytes, entries, sha256) is what was appended, in order, stored as is
+// or as zstd frames, with its stored length and CRC32C.
 func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
+	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
+		t.Run(compression, func(t *testing.T) { testGenerationCap(t, compression) })
+	}
+}
+
+func testGenerationCap(t *testing.T, compression string) {
 	const maxOpen, nFiles, rounds = 3, 10, 6
-	g := newGeneration(t.TempDir(), 1, maxOpen)
+	g := newGeneration(t.TempDir(), 1, maxOpen, compression)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	want := map[fileKey][]byte{}
 	for round := range rounds {
@@ -75,10 +86,7 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 		if tf.f != nil || tf.buf != nil || tf.g != nil {
 			t.Fatalf("%s still open or attached after seal", tf.path)
 		}
-		got, err := os.ReadFile(tf.path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := readChunkFile(t, tf)
 		sum := sha256.Sum256(got)
 		if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) || tf.entries != rounds {
 			t.Fatalf("%s: %d bytes on disk (want %d, size says %d), %d entries, sum matches %v",
@@ -97,6 +105,32 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 	}
 }
 
+// readChunkFile reads a sealed temp file, checks its stored length and
+// CRC32C, and returns its framed bytes, decompressed if it is zstd.
+func readChunkFile(t *testing.T, tf *tempFile) []byte {
+	t.Helper()
+	stored, err := os.ReadFile(tf.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(stored)) != tf.stored || sink.CRC32C(stored) != tf.crc {
+		t.Fatalf("%s: %d bytes, CRC32C %08x on disk; file says %d, %08x", tf.path, len(stored), sink.CRC32C(stored), tf.stored, tf.crc)
+	}
+	if !tf.zstd {
+		return stored
+	}
+	d, err := zstd.NewReader(bytes.NewReader(stored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	raw, err := io.ReadAll(d)
+	if err != nil {
+		t.Fatalf("%s: decompress: %v", tf.path, err)
+	}
+	return raw
+}
+
 func countOpen(g *generation) int {
 	n := 0
 	for _, tf := range g.files {
@@ -108,9 +142,16 @@ func countOpen(g *generation) int {
 }
 
 // A file that was created but got no entry (or never opened) is sealed as
-// an empty file, so the flusher always finds one.
+// an empty chunk (no bytes, or one empty zstd frame), so the flusher always
+// finds one.
 func TestSealCreatesUnopenedFile(t *testing.T) {
-	g := newGeneration(t.TempDir(), 1, 1)
+	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
+		t.Run(compression, func(t *testing.T) { testSealUnopened(t, compression) })
+	}
+}
+
+func testSealUnopened(t *testing.T, compression string) {
+	g := newGeneration(t.TempDir(), 1, 1, compression)
 	tf, err := g.file(fileKey{flow: 1, table: 1}, &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "c", FlowName: "f"}})
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +160,8 @@ func TestSealCreatesUnopenedFile(t *testing.T) {
 	if len(files) != 1 || files[0] != tf {
 		t.Fatalf("seal gave %d files", len(files))
 	}
-	fi, err := os.Stat(tf.path)
-	if err != nil || fi.Size() != 0 {
-		t.Fatalf("sealed unopened file: %v, %v", fi, err)
+	if raw := readChunkFile(t, tf); len(raw) != 0 || compression == sink.CompressionNone && tf.stored != 0 {
+		t.Fatalf("sealed unopened file: %d bytes stored, %d framed", tf.stored, len(raw))
 	}
 	empty := sha256.Sum256(nil)
 	if tf.sum != hex.EncodeToString(empty[:]) {
@@ -145,6 +185,75 @@ func TestCapOpenFiles(t *testing.T) {
 		t.Run(fmt.Sprintf("%d of %d", tc.flag, tc.soft), func(t *testing.T) {
 			if got := capOpenFiles(tc.flag, tc.soft); got != tc.want {
 				t.Fatalf("capOpenFiles(%d, %d) = %d, want %d", tc.flag, tc.soft, got, tc.want)
+			}
+		})
+	}
+}
+
+// Buffers queued across many files and written by parallel drains, with
+// large entries and evictions in between, land in each file in append
+// order, for both compressions; a second flow's files that get the same
+// entries (a table in two flows: equal buffers, compressed once) too.
+func TestGenerationDrainKeepsOrder(t *testing.T) {
+	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
+		t.Run(compression, func(t *testing.T) {
+			// Files 0-11 of flow 1 and 0, 3, 6, 9 of flow 2 fit the cap;
+			// 12 and 13 get an entry now and then, evicting others.
+			const maxOpen, nFiles, common, rounds = 16, 14, 12, 300
+			g := newGeneration(t.TempDir(), 1, maxOpen, compression)
+			flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+			flow2 := &meta.Flow{ID: 2, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f2"}}
+			want := map[fileKey][]byte{}
+			drains := 0
+			for round := range rounds {
+				for i := range nFiles {
+					if i >= common && round%50 != 0 {
+						continue
+					}
+					key := fileKey{flow: 1, table: 1, region: uint64(i), cf: event.CF_CF_DEFAULT, op: event.Op_OP_PUT}
+					tf, err := g.file(key, flow)
+					if err != nil {
+						t.Fatal(err)
+					}
+					size := (round*7919 + i*104729) % 6000
+					if (round+i)%97 == 0 {
+						size = tempBufSize + 5000 // a large entry, written directly
+					}
+					v := bytes.Repeat([]byte{byte(round), byte(i), 'v'}, size/3+1)
+					k := event.AppendDataKey(nil, event.RowKey(1, int64(round)), uint64(round+1))
+					before := g.npending
+					if err := tf.append(k, v, uint64(round+1), 0); err != nil {
+						t.Fatalf("append round %d file %d: %v", round, i, err)
+					}
+					if g.npending < before {
+						drains++
+					}
+					want[key] = event.AppendEntry(want[key], k, v)
+					if i%3 == 0 {
+						key2 := key
+						key2.flow = 2
+						tf2, err := g.file(key2, flow2)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := tf2.append(k, v, uint64(round+1), 0); err != nil {
+							t.Fatalf("append round %d file %d of flow 2: %v", round, i, err)
+						}
+						want[key2] = event.AppendEntry(want[key2], k, v)
+					}
+				}
+			}
+			files, _ := g.seal()
+			if drains == 0 {
+				t.Fatalf("no drain ran: the test does not exercise them")
+			}
+			for _, tf := range files {
+				got := readChunkFile(t, tf)
+				sum := sha256.Sum256(got)
+				if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) {
+					t.Fatalf("%s: %d bytes read back, %d appended (size says %d), sum matches %v",
+						tf.path, len(got), len(want[tf.key]), tf.size, tf.sum == hex.EncodeToString(sum[:]))
+				}
 			}
 		})
 	}

@@ -27,7 +27,7 @@ const (
 	// (--max-open-files x tempBufSize).
 	bufferShare = 4
 	// uploadShare bounds the flows uploading at once: each holds a GCS
-	// chunk buffer while it uploads, or a zstd encoder while it builds.
+	// chunk buffer while it uploads.
 	uploadShare = 4
 	// fileShare bounds the bookkeeping of temp files in the current and
 	// in-flight cycles (2 x --max-cycle-files x fileOverhead).

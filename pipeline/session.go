@@ -425,7 +425,7 @@ func (s *session) freeze(trigger string) *cycle {
 	c := s.c
 	now := time.Now()
 	gen := s.gen
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles)
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
 	s.last = now
 
 	files, mem := gen.seal() // the cycle holds no file open while it waits
@@ -612,7 +612,7 @@ func (s *session) dropAll() {
 	for _, f := range s.gen.files {
 		f.remove()
 	}
-	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles)
+	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles, s.c.cfg.Compression)
 }
 
 // updateGauges refreshes temp_bytes{flow} and consumer_lag_records.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // tempBufSize is the write buffer of an open temp file. Only open files hold
@@ -57,6 +58,12 @@ type fileKey struct {
 // DESIGN section 5 are known when the file is frozen without reading it
 // again.
 //
+// With --compression zstd each buffer is written as one zstd frame, so the
+// file on disk is already its chunk of the data object (a run of frames,
+// see sink.AppendZstdFrame): the flusher uploads the files back to back
+// as they are, with the CRC32C combined from theirs, and no byte is
+// compressed, written or read a second time to build the object.
+//
 // While its generation is current the file may be closed at any time to
 // keep the open files under the generation's cap (generation.touch): its
 // buffer is written and given back, its handle closed, and the hash and
@@ -79,6 +86,13 @@ type tempFile struct {
 	buf     []byte   // nil while closed
 	hash    hash.Hash
 	err     error // a write that failed while closing (evicted or sealed)
+	zstd    bool  // buffers are written as zstd frames
+
+	stored int64  // bytes on disk: the chunk's stored length
+	crc    uint32 // CRC32C of the bytes on disk
+
+	pending [][]byte // full buffers queued for the generation's next drain (spill.go)
+	queued  bool     // in the generation's list of files with queued buffers
 
 	size           int64 // framed bytes, buffered included
 	entries        int64
@@ -89,9 +103,9 @@ type tempFile struct {
 	sum            string // hex sha256, set by seal
 }
 
-func newTempFile(path string, key fileKey, flow *meta.Flow) *tempFile {
+func newTempFile(path string, key fileKey, flow *meta.Flow, compression string) *tempFile {
 	return &tempFile{
-		key: key, flow: flow, path: path,
+		key: key, flow: flow, path: path, zstd: compression == sink.CompressionZstd,
 		hash:       sha256.New(),
 		minTS:      math.MaxUint64,
 		minBeginTS: math.MaxUint64,
@@ -127,7 +141,10 @@ func (t *tempFile) shut() error {
 	if t.f == nil {
 		return nil
 	}
-	err := t.spill()
+	err := t.writeQueued()
+	if serr := t.spill(); err == nil {
+		err = serr
+	}
 	if cerr := t.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", t.path, cerr)
 	}
@@ -154,16 +171,18 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
 	if len(t.buf)+n > cap(t.buf) {
-		if err := t.spill(); err != nil {
+		if err := t.queueBuf(); err != nil {
 			return err
 		}
 	}
 	if n > cap(t.buf) {
-		// A large entry goes straight through, hashed on the way.
-		big := event.AppendEntry(make([]byte, 0, n), key, value)
-		t.hash.Write(big)
-		if _, err := t.f.Write(big); err != nil {
-			return fmt.Errorf("write %s: %w", t.path, err)
+		// A large entry goes straight through, hashed on the way, after
+		// what the file has queued.
+		if err := t.writeQueued(); err != nil {
+			return err
+		}
+		if err := t.write(event.AppendEntry(make([]byte, 0, n), key, value)); err != nil {
+			return err
 		}
 	} else {
 		t.buf = event.AppendEntry(t.buf, key, value)
@@ -194,11 +213,49 @@ func (t *tempFile) spill() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
-	t.hash.Write(t.buf)
-	if _, err := t.f.Write(t.buf); err != nil {
-		return fmt.Errorf("write %s: %w", t.path, err)
+	if err := t.write(t.buf); err != nil {
+		return err
 	}
 	t.buf = t.buf[:0]
+	return nil
+}
+
+// frameBufs holds the buffers zstd frames are compressed into on their way
+// to disk: one per write in progress, or per distinct buffer of a drain.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, tempBufSize+tempBufSize/8); return &b }}
+
+func putFrameBuf(fb *[]byte) {
+	if fb != nil && cap(*fb) <= 2*tempBufSize {
+		frameBufs.Put(fb)
+	}
+}
+
+// write writes the framed bytes raw, as one zstd frame if the file is
+// compressed (writeOut).
+func (t *tempFile) write(raw []byte) error {
+	if !t.zstd {
+		return t.writeOut(raw, raw)
+	}
+	fb := frameBufs.Get().(*[]byte)
+	defer putFrameBuf(fb)
+	var err error
+	if *fb, err = sink.AppendZstdFrame((*fb)[:0], raw); err != nil {
+		return fmt.Errorf("write %s: %w", t.path, err)
+	}
+	return t.writeOut(raw, *fb)
+}
+
+// writeOut hashes the framed bytes raw and writes out, what is stored for
+// them (raw itself, or its zstd frame), keeping the stored length and
+// CRC32C.
+func (t *tempFile) writeOut(raw, out []byte) error {
+	t.hash.Write(raw)
+	n, err := t.f.Write(out)
+	t.stored += int64(n)
+	t.crc = sink.UpdateCRC32C(t.crc, out[:n])
+	if err != nil {
+		return fmt.Errorf("write %s: %w", t.path, err)
+	}
 	return nil
 }
 
@@ -209,13 +266,23 @@ func (t *tempFile) seal() error {
 	if t.sum != "" {
 		return t.err
 	}
-	if !t.created {
+	emptyFrame := t.zstd && t.stored == 0 && len(t.buf) == 0 && len(t.pending) == 0
+	if t.f == nil && (!t.created || emptyFrame) {
 		if err := t.open(); err != nil {
 			t.err = err
 			return err
 		}
 	}
+	var werr error
+	if emptyFrame {
+		// An empty compressed chunk is still one (empty) frame: a zstd
+		// reader expects at least one.
+		werr = t.write(nil)
+	}
 	err := t.shut()
+	if err == nil && werr != nil {
+		err, t.err = werr, werr
+	}
 	t.sum = hex.EncodeToString(t.hash.Sum(nil))
 	t.hash = nil
 	return err
@@ -233,6 +300,7 @@ func (t *tempFile) close() error {
 // remove closes (if needed) and deletes the file, and leaves its
 // generation's accounting if it is still current.
 func (t *tempFile) remove() {
+	t.dropQueued()
 	if t.g != nil {
 		t.g.forget(t)
 	}

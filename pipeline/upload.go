@@ -20,13 +20,14 @@ import (
 )
 
 // flowUpload is one flow's share of a cycle: its files become one data
-// object (chunks back to back, built once into a spool file so a retry
-// uploads the same bytes) and one meta object.
+// object and one meta object. The data object is the flow's temp files back
+// to back, each already its chunk (stored or zstd frames, see tempFile):
+// they are sealed and never change, so every retry uploads the same bytes.
 type flowUpload struct {
 	flow  *meta.Flow
 	files []*tempFile
 
-	spool       string
+	built       bool // meta, size and CRC32C known
 	size        int64
 	crc         uint32
 	meta        sink.Meta
@@ -35,12 +36,6 @@ type flowUpload struct {
 	minResolved uint64
 	dataDone    bool
 	metaDone    bool
-}
-
-func (fu *flowUpload) removeSpool() {
-	if fu.spool != "" {
-		_ = os.Remove(fu.spool)
-	}
 }
 
 func groupByFlow(files []*tempFile) []*flowUpload {
@@ -114,20 +109,15 @@ func (f *flusher) uploadAll(ctx context.Context, cyc *cycle) error {
 func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) error {
 	c := f.c
 	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-	if fu.spool == "" {
-		start := time.Now()
-		if err := f.build(cyc, fu); err != nil {
-			return fmt.Errorf("flow %s/%s: build data object: %w", cat, name, err)
+	if !fu.built {
+		if err := f.buildFlow(cyc, fu); err != nil {
+			return err
 		}
-		c.m.flushDuration.WithLabelValues("build").Observe(time.Since(start).Seconds())
 	}
 	if !fu.dataDone {
-		sp, err := os.Open(fu.spool)
-		if err != nil {
-			return fmt.Errorf("flow %s/%s: open spool: %w", cat, name, err)
-		}
-		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: sp, Size: fu.size, CRC32C: fu.crc})
-		sp.Close()
+		body := &fileChain{paths: fu.paths()}
+		err := c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: body, Size: fu.size, CRC32C: fu.crc})
+		body.Close()
 		if err := uploaded(ctx, c.d.Bucket, fu.dataPath, fu.size, fu.crc, err); err != nil {
 			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
 		}
@@ -147,6 +137,33 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 		fu.metaDone = true
 		cyc.uploaded()
 	}
+	return nil
+}
+
+// seal closes the cycle's temp files once and groups them by flow.
+func (f *flusher) seal(cyc *cycle) error {
+	if cyc.closed {
+		return nil
+	}
+	start := time.Now()
+	for _, tf := range cyc.files {
+		if err := tf.close(); err != nil {
+			return fmt.Errorf("%w: %w", ErrTempWrite, err)
+		}
+	}
+	cyc.flows = groupByFlow(cyc.files)
+	cyc.closed = true
+	f.c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// buildFlow builds fu's meta and records the build's duration.
+func (f *flusher) buildFlow(cyc *cycle, fu *flowUpload) error {
+	start := time.Now()
+	if err := f.build(cyc, fu); err != nil {
+		return fmt.Errorf("flow %s/%s: build data object: %w", fu.flow.Info.CatalogName, fu.flow.Info.FlowName, err)
+	}
+	f.c.m.flushDuration.WithLabelValues("build").Observe(time.Since(start).Seconds())
 	return nil
 }
 
@@ -188,44 +205,39 @@ func uploaded(ctx context.Context, b sink.Bucket, name string, size int64, crc u
 	return nil
 }
 
-// build writes the flow's files as chunks into a spool file and fills in the
-// meta object.
+// build lays the flow's sealed temp files out as the chunks of its data
+// object and fills in the meta object, the object's size and its CRC32C
+// (combined from the files' own). A file whose size on disk is not what
+// was written to it lost bytes: ErrTempWrite.
 func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	c := f.c
 	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-	spool := filepath.Join(c.cfg.TempDir, cat, name, fmt.Sprintf("f%d-%s.spool", fu.flow.ID, cyc.id))
-	out, err := os.OpenFile(spool, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	ow, err := sink.NewObjectWriter(out, c.cfg.Compression)
-	if err != nil {
-		return err
-	}
+	var off int64
+	var crc uint32
 	m := sink.Meta{Version: 1, Flow: name, FlowID: fu.flow.ID, StoreID: c.cfg.StoreID, CycleID: cyc.id}
 	first := true
 	for _, tf := range fu.files {
-		in, err := os.Open(tf.path)
-		if err != nil {
-			return err
-		}
-		off, length, raw, err := ow.AddChunk(in)
-		in.Close()
+		st, err := os.Stat(tf.path)
 		if err != nil {
 			return fmt.Errorf("chunk %s: %w", filepath.Base(tf.path), err)
 		}
-		if raw != tf.size {
-			return fmt.Errorf("%w: chunk %s: read %d bytes, wrote %d", ErrTempWrite, filepath.Base(tf.path), raw, tf.size)
+		if st.Size() != tf.stored {
+			return fmt.Errorf("%w: chunk %s: %d bytes on disk, %d written", ErrTempWrite, filepath.Base(tf.path), st.Size(), tf.stored)
+		}
+		compression := sink.CompressionNone
+		if tf.zstd {
+			compression = sink.CompressionZstd
 		}
 		m.Files = append(m.Files, sink.FileMeta{
-			Offset: off, Length: length, RawLength: raw, Compression: c.cfg.Compression,
+			Offset: off, Length: tf.stored, RawLength: tf.size, Compression: compression,
 			SHA256: tf.sum, NumberOfEntries: tf.entries, MinTS: tf.minTS, MaxTS: tf.maxTS,
 			ResolvedTS: tf.resolvedTS, MinBeginTSInDefaultCF: tf.beginTS(),
 			StartKey: hex.EncodeToString(tf.minKey), EndKey: hex.EncodeToString(tf.maxKey),
 			TableID: tf.key.table, RegionID: tf.key.region, CF: sink.CFName(tf.key.cf), Op: sink.OpName(tf.key.op),
 			IsMeta: tf.key.isMeta, Partition: tf.key.partition,
 		})
+		off += tf.stored
+		crc = sink.CombineCRC32C(crc, tf.crc, tf.stored)
 		if first || tf.minTS < m.MinTS {
 			m.MinTS = tf.minTS
 		}
@@ -236,9 +248,6 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 			m.MinResolvedTS = tf.resolvedTS
 		}
 		first = false
-	}
-	if err := out.Sync(); err != nil {
-		return err
 	}
 	for _, p := range cyc.parts {
 		if p.to > p.from && p.from >= 0 {
@@ -254,8 +263,59 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinResolvedTS, id)
 	m.DataPath = fu.dataPath
 	fu.meta, fu.minResolved = m, m.MinResolvedTS
-	fu.spool, fu.size, fu.crc = spool, ow.Size(), ow.CRC32C()
+	fu.size, fu.crc, fu.built = off, crc, true
 	return nil
+}
+
+// paths are the flow's temp files in chunk order.
+func (fu *flowUpload) paths() []string {
+	out := make([]string, len(fu.files))
+	for i, tf := range fu.files {
+		out[i] = tf.path
+	}
+	return out
+}
+
+// fileChain reads files one after the other, opening each when it gets to
+// it, so that a flow's hundreds of chunks hold one descriptor at a time.
+type fileChain struct {
+	paths []string
+	cur   *os.File
+}
+
+func (fc *fileChain) Read(p []byte) (int, error) {
+	for {
+		if fc.cur == nil {
+			if len(fc.paths) == 0 {
+				return 0, io.EOF
+			}
+			f, err := os.Open(fc.paths[0])
+			if err != nil {
+				return 0, fmt.Errorf("open chunk: %w", err)
+			}
+			fc.cur, fc.paths = f, fc.paths[1:]
+		}
+		n, err := fc.cur.Read(p)
+		if errors.Is(err, io.EOF) {
+			fc.cur.Close()
+			fc.cur = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+// Close closes the file being read, if any.
+func (fc *fileChain) Close() error {
+	if fc.cur == nil {
+		return nil
+	}
+	err := fc.cur.Close()
+	fc.cur = nil
+	return err
 }
 
 // flowFailed counts a failed cycle for a flow and makes it fatal at the

@@ -90,8 +90,15 @@ func getEncoder() (*zstd.Encoder, error) {
 		return enc, nil
 	default:
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(zstdEncWindow))
+	return newEncoder(1)
+}
+
+func newEncoder(concurrency int) (*zstd.Encoder, error) {
+	// No frame checksum (xxhash64): every chunk's meta carries the sha256
+	// of its uncompressed bytes, which restore and verify check, and the
+	// upload carries the object's CRC32C.
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(concurrency),
+		zstd.WithWindowSize(zstdEncWindow), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
@@ -106,6 +113,31 @@ func putEncoder(enc *zstd.Encoder) {
 	case idleEncoders <- enc:
 	default:
 	}
+}
+
+// frameEncoders is how many AppendZstdFrame calls compress at once; more
+// wait their turn.
+const frameEncoders = 4
+
+// frameEncoder compresses the zstd frames of AppendZstdFrame. EncodeAll is
+// safe for concurrent use, with one encoder state (up to about 2.5 MiB)
+// per call in progress, at most frameEncoders.
+var frameEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return newEncoder(frameEncoders)
+})
+
+// AppendZstdFrame appends src to dst as one zstd frame, with the settings
+// of ObjectWriter's chunks (fastest level, 1 MiB window, no frame
+// checksum), and returns the extended slice. A chunk may be a run of such
+// frames back to back: a zstd stream of several frames decodes to their
+// contents in order, which is what OpenChunk and every zstd reader do. An
+// empty src gives a frame of no content.
+func AppendZstdFrame(dst, src []byte) ([]byte, error) {
+	enc, err := frameEncoder()
+	if err != nil {
+		return dst, err
+	}
+	return enc.EncodeAll(src, dst), nil
 }
 
 // Size is the number of bytes written so far.

@@ -83,6 +83,11 @@ func runRun(ctx context.Context, args []string) error {
 	log := newLogger(cfg.LogFormat)
 	redis.SetLogger(redisLog{log: log})
 	applyMemoryLimit(log, cfg.pipe.MemoryBudget())
+	stopProfile, err := startCPUProfile(log)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	ctx, stop := signalContext(ctx, log)
 	defer stop()
 	if err := checkRedis(ctx, cfg.conn.Redis); err != nil {
