@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -110,10 +111,19 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, url string) error
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || isTimeout(err):
+		// The connection's deadline is the context's, so its read can time
+		// out a moment before the context's own timer marks it done (seen
+		// on a loaded machine): both mean Redis did not answer in time.
 		return fmt.Errorf("redis at %s did not answer within %v: %w", cli.RedactURL(url), redisAnswerTimeout, err)
 	}
 	return fmt.Errorf("redis at %s: %w", cli.RedactURL(url), err)
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // redisLog is go-redis's logger (redis.SetLogger): its own lines (a pool
