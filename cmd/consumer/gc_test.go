@@ -21,6 +21,7 @@ func TestGCCommand(t *testing.T) {
 	m, metaPath := sinktest.WriteCycle(t, e.bucket, sinktest.Cycle{Prefix: e.prefix, Catalog: "default", Flow: "f", FlowID: 1, CycleID: "crashed",
 		ResolvedTS: e.ckpt, Entries: []sinktest.Entry{sinktest.WritePut(1, 1, e.ckpt-2, e.ckpt-1, []byte("x"), true)}})
 	listed := len(e.objectNames(t))
+	base := e.baseline(t, e.restoreTSs(e.ms(100, 0))...)
 
 	out, err := e.run(t, "gc")
 	if err != nil || !strings.Contains(out, "will delete 0 unreferenced objects") || !strings.Contains(out, "keeping 2 unreferenced objects") {
@@ -45,7 +46,7 @@ func TestGCCommand(t *testing.T) {
 	if len(names) != listed-2 {
 		t.Errorf("%d objects left of %d, want all but the crashed cycle's 2", len(names), listed)
 	}
-	e.checkRestorable(t, 0)
+	e.checkRestores(t, base)
 	raw, err := os.ReadFile(prom)
 	if err != nil {
 		t.Fatal(err)
