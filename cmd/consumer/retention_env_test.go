@@ -45,6 +45,8 @@ type retentionEnv struct {
 	base   time.Time
 	txns   []txn
 	ckpt   uint64
+	lease  meta.Lease
+	flow   []string // the flow flags of restore (default --flow f)
 }
 
 // ms is the TSO of base + ms milliseconds, with logical part l.
@@ -78,6 +80,7 @@ func newRetentionEnv(t *testing.T, rd *testenv.Redis, g *testenv.GCS, name strin
 		t.Fatal(err)
 	}
 	openWindows(t, e.store, lease)
+	e.lease = lease
 
 	rng := rand.New(rand.NewPCG(seed, 1))
 	const cycleMS = 50
@@ -175,7 +178,11 @@ func (e *retentionEnv) snapshot(t *testing.T, ts uint64) int64 {
 func (e *retentionEnv) restore(t *testing.T, ts uint64, args ...string) (digest map[string]string, stdout string, err error) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "out")
-	stdout, err = e.run(t, "restore", append([]string{"--flow", "f", "--ts", fmt.Sprint(ts), "--out", dir, "--temp-dir", t.TempDir()}, args...)...)
+	flow := slices.Clone(e.flow)
+	if flow == nil {
+		flow = []string{"--flow", "f"}
+	}
+	stdout, err = e.run(t, "restore", append(append(flow, "--ts", fmt.Sprint(ts), "--out", dir, "--temp-dir", t.TempDir()), args...)...)
 	if err != nil {
 		return nil, stdout, err
 	}
