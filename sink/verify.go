@@ -62,6 +62,11 @@ type VerifyOptions struct {
 	// of the same name: objects its listed metas reference are not
 	// counted as unreferenced. Nil counts them.
 	ListedMetas func(ctx context.Context, id uint32) ([]string, error)
+	// ListedSnapshots returns the listed snapshot.meta paths of another
+	// flow id (snapshots:<id>): the objects of those snapshots, in this
+	// flow's directory when that id is a dropped flow of the same name, are
+	// not counted as unreferenced. Nil counts them.
+	ListedSnapshots func(ctx context.Context, id uint32) ([]string, error)
 	// Snapshots are the flow's listed snapshots (snapshots:<flow_id>),
 	// checked too (see SnapshotReport); their objects are referenced.
 	Snapshots []SnapshotRef

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -33,15 +34,35 @@ func listFlowObjects(ctx context.Context, b Bucket, f Flow) (flowObjects, error)
 }
 
 // countUnreferenced counts (into r) the objects among names that neither a
-// meta of o.MetaPaths nor a listed meta of another flow id references;
+// meta of o.MetaPaths nor a listed meta or snapshot of another flow id
+// references (a snapshot's objects by its directory, as gc protects them);
 // referenced holds the former and their data objects. A meta object of
 // another flow id (a dropped flow of the same name) is looked up in that
 // id's listed metas, once per id.
 func countUnreferenced(ctx context.Context, o VerifyOptions, names []string, referenced map[string]bool, r *VerifyReport) error {
 	listed := map[uint32]map[string]bool{}
+	snaps := map[uint32]map[string]bool{}
 	var garbage []string
 	for _, name := range names {
 		if referenced[name] {
+			continue
+		}
+		if dir, id, ok := snapshotDir(name); ok && id != o.Flow.ID && o.ListedSnapshots != nil {
+			set, ok := snaps[id]
+			if !ok {
+				paths, err := o.ListedSnapshots(ctx, id)
+				if err != nil {
+					return fmt.Errorf("snapshots of flow %d: %w", id, err)
+				}
+				set = map[string]bool{}
+				for _, p := range paths {
+					set[p] = true
+				}
+				snaps[id] = set
+			}
+			if !set[dir+"snapshot.meta"] {
+				garbage = append(garbage, name)
+			}
 			continue
 		}
 		if !strings.HasSuffix(name, ".meta") || o.ListedMetas == nil {
@@ -96,4 +117,26 @@ func countUnreferenced(ctx context.Context, o VerifyOptions, names []string, ref
 		r.UnreferencedBytes += size
 	}
 	return nil
+}
+
+// snapshotDir returns the snapshot directory ("<...>/snapshot/<ts>-<id>/")
+// an object name lies in, and the flow id of that directory.
+func snapshotDir(name string) (dir string, id uint32, ok bool) {
+	i := strings.LastIndex(name, "/snapshot/")
+	if i < 0 {
+		return "", 0, false
+	}
+	d, _, ok := strings.Cut(name[i+len("/snapshot/"):], "/")
+	if !ok {
+		return "", 0, false
+	}
+	_, idPart, ok := strings.Cut(d, "-")
+	if !ok {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(idPart, 10, 32)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[:i+len("/snapshot/")+len(d)+1], uint32(n), true
 }

@@ -48,7 +48,7 @@ func consumerCmd(ctx context.Context, dir string, env []string, args ...string) 
 
 // runConsumer runs the consumer with args to completion, killing it and
 // failing the test after limit.
-func runConsumer(t *testing.T, limit time.Duration, env []string, args ...string) procResult {
+func runConsumer(t testing.TB, limit time.Duration, env []string, args ...string) procResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -61,7 +61,7 @@ func runConsumer(t *testing.T, limit time.Duration, env []string, args ...string
 }
 
 // procEnd fills r.code from err, the end of a process run under ctx.
-func procEnd(t *testing.T, ctx context.Context, err error, args []string, r procResult) procResult {
+func procEnd(t testing.TB, ctx context.Context, err error, args []string, r procResult) procResult {
 	t.Helper()
 	var exit *exec.ExitError
 	switch {

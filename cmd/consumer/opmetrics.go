@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/push"
 )
 
-// opMetrics are the metrics of one run of an operator command (truncate,
-// gc). The command ends when its work does, so nothing scrapes it: the run
+// opMetrics are the metrics of one run of an operator command (snapshot,
+// truncate, gc). The command ends when its work does, so nothing scrapes it: the run
 // pushes them to a Prometheus Pushgateway (--metrics-push-url, job
 // flowlog_<command>) and/or writes them for node_exporter's textfile
 // collector (--metrics-file). Each is a gauge of the last run.
@@ -25,6 +25,8 @@ type opMetrics struct {
 	bytes    *prometheus.GaugeVec
 	duration prometheus.Gauge
 	success  prometheus.Gauge
+	// snapshot only: uncompressed log bytes read.
+	readBytes *prometheus.GaugeVec
 	// gc only: what each flow stores.
 	logBytes, snapBytes, garbage *prometheus.GaugeVec
 }
@@ -42,7 +44,7 @@ func (m *opMetrics) init(command string) {
 	labels := prometheus.Labels{"command": command}
 	m.objects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "op_objects", ConstLabels: labels,
-		Help: "Objects the last run of an operator command deleted (truncate, gc) or wrote, by flow.",
+		Help: "Objects the last run of an operator command deleted (truncate, gc) or wrote (snapshot), by flow.",
 	}, []string{"flow"})
 	m.bytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "op_bytes", ConstLabels: labels,
@@ -56,6 +58,10 @@ func (m *opMetrics) init(command string) {
 		Namespace: "flowlog", Name: "op_last_success_timestamp_seconds", ConstLabels: labels,
 		Help: "Unix time the last successful run of an operator command ended.",
 	})
+	m.readBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "flowlog", Name: "op_log_read_bytes", ConstLabels: labels,
+		Help: "Uncompressed log bytes the last run of an operator command read (snapshot), by flow.",
+	}, []string{"flow"})
 	m.logBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "storage_log_bytes",
 		Help: "Bytes of a flow's referenced data and meta objects, as the last gc run counted them.",
@@ -69,7 +75,10 @@ func (m *opMetrics) init(command string) {
 		Help: "Bytes of a flow's unreferenced objects the last gc run found (deleted, or kept for the grace period).",
 	}, []string{"flow"})
 	m.reg.MustRegister(m.objects, m.bytes, m.duration, m.success)
-	if command == "gc" {
+	switch command {
+	case "snapshot":
+		m.reg.MustRegister(m.readBytes)
+	case "gc":
 		m.reg.MustRegister(m.logBytes, m.snapBytes, m.garbage)
 	}
 }

@@ -386,7 +386,7 @@ func TestVerifyGroupAndLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verify with leftovers = %v, want success:\n%s", err, stdout)
 	}
-	if !strings.Contains(stdout, "unreferenced: 2 objects (3.0 MiB) under pre/default/f/v1/") || !strings.Contains(stdout, "consumer gc (planned)") {
+	if !strings.Contains(stdout, "unreferenced: 2 objects (3.0 MiB) under pre/default/f/v1/") || !strings.Contains(stdout, "consumer gc removes them") {
 		t.Errorf("verify does not report the leftovers:\n%s", stdout)
 	}
 

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +45,8 @@ type retentionEnv struct {
 	base   time.Time
 	txns   []txn
 	ckpt   uint64
+	lease  meta.Lease
+	flow   []string // the flow flags of restore (default --flow f)
 }
 
 // ms is the TSO of base + ms milliseconds, with logical part l.
@@ -77,6 +80,7 @@ func newRetentionEnv(t *testing.T, rd *testenv.Redis, g *testenv.GCS, name strin
 		t.Fatal(err)
 	}
 	openWindows(t, e.store, lease)
+	e.lease = lease
 
 	rng := rand.New(rand.NewPCG(seed, 1))
 	const cycleMS = 50
@@ -153,167 +157,134 @@ func (e *retentionEnv) state(ts uint64) map[int64]string {
 	return out
 }
 
-// commitTSs are the commit ts of every transaction at or after ts.
-func (e *retentionEnv) commitTSs(ts uint64) []uint64 {
-	var out []uint64
-	for _, tx := range e.txns {
-		if tx.commit >= ts {
-			out = append(out, tx.commit)
+// snapshot takes a snapshot at ts with `consumer snapshot` and returns the
+// bytes of its objects.
+func (e *retentionEnv) snapshot(t *testing.T, ts uint64) int64 {
+	t.Helper()
+	if out, err := e.run(t, "snapshot", "--flow", "f", "--ts", fmt.Sprint(ts), "--temp-dir", t.TempDir()); err != nil {
+		t.Fatalf("snapshot at %d: %v, stdout:\n%s", ts, err, out)
+	}
+	dir := strings.TrimSuffix(sink.SnapshotMetaPath(e.prefix, "default", "f", 1, ts), "snapshot.meta")
+	var n int64
+	err := e.bucket.(sink.Lister).List(context.Background(), dir, func(o sink.ObjectInfo) error { n += o.Size; return nil })
+	if err != nil || n == 0 {
+		t.Fatalf("snapshot at %d: %d bytes under %s, %v", ts, n, dir, err)
+	}
+	return n
+}
+
+// restore runs `consumer restore --ts ts` with args and returns a digest
+// of the files it wrote, its stdout and its error.
+func (e *retentionEnv) restore(t *testing.T, ts uint64, args ...string) (digest map[string]string, stdout string, err error) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "out")
+	flow := slices.Clone(e.flow)
+	if flow == nil {
+		flow = []string{"--flow", "f"}
+	}
+	stdout, err = e.run(t, "restore", append(append(flow, "--ts", fmt.Sprint(ts), "--out", dir, "--temp-dir", t.TempDir()), args...)...)
+	if err != nil {
+		return nil, stdout, err
+	}
+	entries, rerr := os.ReadDir(dir)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	digest = map[string]string{}
+	for _, de := range entries {
+		b, rerr := os.ReadFile(filepath.Join(dir, de.Name()))
+		if rerr != nil {
+			t.Fatal(rerr)
 		}
+		digest[de.Name()] = string(b)
+	}
+	return digest, stdout, nil
+}
+
+// baseline restores the flow from the log alone at each of tss, checks
+// each against the generated history, and returns what each wrote.
+func (e *retentionEnv) baseline(t *testing.T, tss ...uint64) map[uint64]map[string]string {
+	t.Helper()
+	out := map[uint64]map[string]string{}
+	for _, ts := range tss {
+		files, stdout, err := e.restore(t, ts, "--snapshots=false")
+		if err != nil {
+			t.Fatalf("restore at %d: %v, stdout:\n%s", ts, err, stdout)
+		}
+		got := map[int64]string{}
+		for line := range strings.SplitSeq(files["1.jsonl"], "\n") {
+			if line == "" {
+				continue
+			}
+			var r struct {
+				Key   string `json:"key"`
+				Value []byte `json:"value"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			h := slices.IndexFunc(handles, func(h int64) bool { return rowHex(1, h) == r.Key })
+			if h < 0 {
+				t.Fatalf("restore at %d wrote key %s, not a generated row", ts, r.Key)
+			}
+			got[handles[h]] = string(r.Value)
+		}
+		if want := e.state(ts); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("restore at %d from the log gives\n%v\nwant\n%v", ts, got, want)
+		}
+		out[ts] = files
 	}
 	return out
 }
 
-// snapshot writes and lists a snapshot at ts as DESIGN 10 lays it out: the
-// state of table 1 as zstd chunks of framed entries sorted by key, then
-// snapshot.meta, then the listing. It returns the snapshot's bytes.
-func (e *retentionEnv) snapshot(t *testing.T, ts uint64) int64 {
+// handles are the rows newRetentionEnv writes.
+var handles = []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+
+// checkRestores checks what truncate and gc promise with `consumer
+// restore`: at every ts of base the restore (from a snapshot where one
+// serves) writes byte for byte what it wrote before; and once the flow is
+// truncated, a restore below the truncation point is refused naming the
+// oldest restorable ts.
+func (e *retentionEnv) checkRestores(t *testing.T, base map[uint64]map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	st := e.state(ts)
-	latest := map[int64]uint64{}
-	for _, tx := range e.txns {
-		if tx.commit <= ts {
-			latest[tx.handle] = max(latest[tx.handle], tx.commit)
-		}
-	}
-	var keys [][]byte
-	vals := map[string][]byte{}
-	for h, v := range st {
-		k := event.AppendDataKey(nil, event.RowKey(1, h), latest[h])
-		keys = append(keys, k)
-		vals[string(k)] = []byte(v)
-	}
-	slices.SortFunc(keys, bytes.Compare)
-	var framed []byte
-	for _, k := range keys {
-		framed = event.AppendEntry(framed, k, vals[string(k)])
-	}
-	var buf bytes.Buffer
-	w, err := sink.NewObjectWriter(&buf, sink.CompressionZstd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl := sink.SnapshotTable{TableID: 1, DataPath: sink.SnapshotTablePath(e.prefix, "default", "f", 1, ts, 1)}
-	if len(keys) > 0 {
-		off, length, raw, err := w.AddChunk(bytes.NewReader(framed))
+	for ts, want := range base {
+		got, stdout, err := e.restore(t, ts)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("restore at %d: %v, stdout:\n%s", ts, err, stdout)
 		}
-		sum := sha256.Sum256(framed)
-		tbl.Chunks = []sink.SnapshotChunk{{Offset: off, Length: length, RawLength: raw, SHA256: hex.EncodeToString(sum[:]),
-			NumberOfEntries: int64(len(keys)), MinKey: hex.EncodeToString(keys[0]), MaxKey: hex.EncodeToString(keys[len(keys)-1])}}
+		if !maps.Equal(got, want) {
+			t.Fatalf("restore at %d differs from the one before:\n%v\nwant\n%v\nstdout:\n%s", ts, got, want, stdout)
+		}
 	}
-	if err := e.bucket.Upload(ctx, sink.Object{Name: tbl.DataPath, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
-		t.Fatal(err)
+	tb, ok, err := e.store.TruncatedBefore(context.Background(), 1)
+	if err != nil || !ok {
+		return
 	}
-	mb, err := sink.EncodeSnapshotMeta(sink.SnapshotMeta{Version: 1, Flow: "default/f", FlowID: 1, TS: ts, Tables: []sink.SnapshotTable{tbl}})
-	if err != nil {
-		t.Fatal(err)
+	_, stdout, err := e.restore(t, tb-1)
+	if want := fmt.Sprintf("the oldest restorable ts is %d", tb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("restore at %d, below the truncation point %d: %v (want an error naming %q), stdout:\n%s", tb-1, tb, err, want, stdout)
 	}
-	path := sink.SnapshotMetaPath(e.prefix, "default", "f", 1, ts)
-	if err := e.bucket.Upload(ctx, sink.Object{Name: path, Body: bytes.NewReader(mb), Size: int64(len(mb)), CRC32C: sink.CRC32C(mb)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.AddSnapshot(ctx, 1, path); err != nil {
-		t.Fatal(err)
-	}
-	return w.Size() + int64(len(mb))
 }
 
-// logAfter reads every chunk the listed metas reference and returns its
-// write records newer than s and its default-CF values, failing the test
-// on a listed object that is missing or damaged.
-func (e *retentionEnv) logAfter(t *testing.T, s uint64) (writes []txn, defaults map[string][]byte) {
-	t.Helper()
-	ctx := context.Background()
-	metas := e.listedMetas(t)
-	defaults = map[string][]byte{}
-	for _, m := range metas {
-		for _, f := range m.Meta.Files {
-			framed, err := sink.ReadChunk(ctx, e.bucket, m.Meta.DataPath, f)
-			if err != nil {
-				t.Fatalf("a listed chunk is unreadable: %v", err)
-			}
-			for len(framed) > 0 {
-				k, v, rest, err := event.NextEntry(framed)
-				if err != nil {
-					t.Fatal(err)
-				}
-				framed = rest
-				raw, ts, err := event.DecodeDataKey(k)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if f.CF == sink.CFDefault {
-					defaults[fmt.Sprintf("%x/%d", raw, ts)] = v
-					continue
-				}
-				if ts <= s {
-					continue
-				}
-				w, err := event.DecodeWrite(v)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tx := txn{handle: handleOf(t, raw), start: w.StartTS, commit: ts}
-				switch {
-				case w.Type == event.WriteDelete:
-				case w.HasShortValue:
-					tx.value = w.ShortValue
-				default:
-					tx.long = true
-				}
-				writes = append(writes, tx)
+// restoreTSs are the ts checkRestores checks after a snapshot at s: s,
+// a commit ts halfway from s to the checkpoint, the checkpoint, and the
+// commit ts of the first 3 puts after s whose value was prewritten at or
+// before s (a truncate must keep the metas holding those values).
+func (e *retentionEnv) restoreTSs(s uint64) []uint64 {
+	var after, prewritten []uint64
+	for _, tx := range e.txns {
+		if tx.commit > s {
+			after = append(after, tx.commit)
+			if tx.long && tx.start <= s && len(prewritten) < 3 {
+				prewritten = append(prewritten, tx.commit)
 			}
 		}
 	}
-	return writes, defaults
-}
-
-func handleOf(t *testing.T, raw []byte) int64 {
-	t.Helper()
-	for h := int64(1); h <= 12; h++ {
-		if bytes.Equal(raw, event.RowKey(1, h)) {
-			return h
-		}
+	out := append([]uint64{s, e.ckpt}, prewritten...)
+	if len(after) > 0 {
+		out = append(out, after[len(after)/2])
 	}
-	t.Fatalf("unexpected key %x", raw)
-	return 0
-}
-
-// checkRestorable checks what truncate promises: the snapshot at s plus the
-// listed log after s give the generated history's state at every commit ts
-// at or above s, and at s and the checkpoint; every default-CF value a write
-// after s names is still listed.
-func (e *retentionEnv) checkRestorable(t *testing.T, s uint64) {
-	t.Helper()
-	writes, defaults := e.logAfter(t, s)
-	slices.SortFunc(writes, func(a, b txn) int { return cmp.Compare(a.commit, b.commit) })
-	tss := append(e.commitTSs(s), s, e.ckpt)
-	for _, ts := range tss {
-		got := e.state(s)
-		for _, w := range writes {
-			if w.commit > ts {
-				break
-			}
-			switch {
-			case w.value == nil && !w.long:
-				delete(got, w.handle)
-			case w.long:
-				v, ok := defaults[fmt.Sprintf("%x/%d", event.RowKey(1, w.handle), w.start)]
-				if !ok {
-					t.Fatalf("at %d: the value of row %d committed at %d (prewritten at %d) is no longer listed", ts, w.handle, w.commit, w.start)
-				}
-				got[w.handle] = string(v)
-			default:
-				got[w.handle] = string(w.value)
-			}
-		}
-		if want := e.state(ts); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("at %d (snapshot %d): snapshot + log give\n%v\nwant\n%v", ts, s, got, want)
-		}
-	}
+	return out
 }
 
 // objectNames lists every object under the env's prefix.

@@ -9,8 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -18,14 +16,14 @@ import (
 
 // snapshotConfig is everything `consumer snapshot` takes.
 type snapshotConfig struct {
-	conn        connConfig
-	Flow        string
-	FlowID      uint
-	TS          tsFlag
-	TempDir     string
-	MaxMemory   cli.Size
-	Parallel    int
-	MetricsFile string
+	conn      connConfig
+	Flow      string
+	FlowID    uint
+	TS        tsFlag
+	TempDir   string
+	MaxMemory cli.Size
+	Parallel  int
+	metrics   opMetrics
 }
 
 func (c *snapshotConfig) RegisterFlags(f *flag.FlagSet) {
@@ -36,7 +34,7 @@ func (c *snapshotConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 256 << 20
 	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir")
 	f.IntVar(&c.Parallel, "parallel", 4, "log chunks read at once")
-	f.StringVar(&c.MetricsFile, "metrics-file", "", "write the snapshot's metrics to this file in Prometheus text format (for node_exporter's textfile collector)")
+	c.metrics.RegisterFlags(f)
 }
 
 // snapStore is what snapshot and restore read and write of a flow's
@@ -62,7 +60,13 @@ func runSnapshot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	return snapshot(ctx, &cfg, st, b)
+	cfg.metrics.init("snapshot")
+	start := time.Now()
+	err = snapshot(ctx, &cfg, st, b)
+	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {
+		return merr
+	}
+	return err
 }
 
 // snapshot runs a parsed `consumer snapshot`: the objects first, then one
@@ -114,8 +118,10 @@ func snapshot(ctx context.Context, cfg *snapshotConfig, st snapStore, b sink.Buc
 		}
 	}
 	fmt.Printf("snapshot of flow %s/%s (id %d) as of %d (%s): %d tables, from %d metas\n", ref.Catalog, ref.Name, ref.ID, ts, tsTime(ts), len(windows), len(ref.Metas))
-	reg := prometheus.NewRegistry()
-	metrics := sink.NewSnapshotMetrics(reg)
+	name := ref.Catalog + "/" + ref.Name
+	cfg.metrics.objects.WithLabelValues(name)
+	cfg.metrics.bytes.WithLabelValues(name)
+	cfg.metrics.readBytes.WithLabelValues(name)
 	progress := newProgressLine(os.Stderr)
 	start := time.Now()
 	stats, err := sink.Snapshot(ctx, sink.SnapshotOptions{
@@ -127,12 +133,9 @@ func snapshot(ctx context.Context, cfg *snapshotConfig, st snapStore, b sink.Buc
 	if err == nil {
 		err = st.AddSnapshot(ctx, ref.ID, stats.MetaPath)
 	}
-	metrics.Observe(ref.Catalog+"/"+ref.Name, ts, stats, time.Since(start), err)
-	if cfg.MetricsFile != "" {
-		if merr := prometheus.WriteToTextfile(cfg.MetricsFile, reg); merr != nil {
-			fmt.Fprintf(os.Stderr, "--metrics-file: %v\n", merr)
-		}
-	}
+	cfg.metrics.objects.WithLabelValues(name).Add(float64(stats.Objects))
+	cfg.metrics.bytes.WithLabelValues(name).Add(float64(stats.Bytes))
+	cfg.metrics.readBytes.WithLabelValues(name).Add(float64(stats.LogBytes))
 	if err != nil {
 		return snapshotErr(err, ref)
 	}

@@ -38,28 +38,10 @@ var (
 // log read, and checks that both restores wrote the same bytes.
 func BenchmarkSnapshotRestore(b *testing.B) {
 	ctx := context.Background()
-	rd, g := testenv.StartRedis(b), testenv.StartGCS(b)
-	store := meta.NewStore(rd.Client(b), "flowlog", nil)
-	info := meta.FlowInfo{CatalogName: "default", FlowName: "f", SourceTableIDs: []uint32{1, 2, 3},
-		SinkTableName: meta.TableName{CatalogName: "default", SchemaName: "public", TableName: "out"}, FlownodeIDs: map[uint32]uint64{0: 1}}
-	if err := store.CreateFlow(ctx, 1, info, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 1, Addr: "n1:4000"}}}); err != nil {
-		b.Fatal(err)
-	}
-	bkt, err := gcs.New(ctx, gcs.Config{Bucket: testenv.Bucket, Endpoint: g.Endpoint()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bkt.Close()
-	lease, err := store.AcquireLease(ctx, "flowlog.apply", 0, "member-1")
-	if err != nil {
-		b.Fatal(err)
-	}
-	openWindows(b, store, lease)
-	base := event.ComposeTS(time.Now().Add(-24*time.Hour).UnixMilli(), 0)
-	cycleTS := writeSnapBenchLog(b, store, bkt, lease, base)
+	sb := newSnapBench(b)
+	rd, cycleTS, conn := sb.redis, sb.cycleTS, sb.conn
 	ckpt := cycleTS[len(cycleTS)-1]
 	snapTS := cycleTS[len(cycleTS)*9/10-1]
-	conn := []string{"--redis-url", rd.URL, "--gcs-endpoint", g.Endpoint(), "--gcs-bucket", testenv.Bucket, "--group", "g1"}
 	run := func(args ...string) (procResult, float64) {
 		ctx, cancel := context.WithTimeout(ctx, time.Hour)
 		defer cancel()
@@ -134,6 +116,40 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 		}
 		snapTS-- // a fresh snapshot path
 	}
+}
+
+// snapBench is a flow with -snapbench-mib of log, as the snapshot
+// benchmarks back it up (see writeSnapBenchLog).
+type snapBench struct {
+	redis   *testenv.Redis
+	store   *meta.Store
+	bucket  sink.Bucket
+	cycleTS []uint64 // the cycles' resolved ts
+	conn    []string // the consumer's connection flags
+}
+
+func newSnapBench(b *testing.B) *snapBench {
+	ctx := context.Background()
+	rd, g := testenv.StartRedis(b), testenv.StartGCS(b)
+	store := meta.NewStore(rd.Client(b), "flowlog", nil)
+	info := meta.FlowInfo{CatalogName: "default", FlowName: "f", SourceTableIDs: []uint32{1, 2, 3},
+		SinkTableName: meta.TableName{CatalogName: "default", SchemaName: "public", TableName: "out"}, FlownodeIDs: map[uint32]uint64{0: 1}}
+	if err := store.CreateFlow(ctx, 1, info, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 1, Addr: "n1:4000"}}}); err != nil {
+		b.Fatal(err)
+	}
+	bkt, err := gcs.New(ctx, gcs.Config{Bucket: testenv.Bucket, Endpoint: g.Endpoint()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bkt.Close() })
+	lease, err := store.AcquireLease(ctx, "flowlog.apply", 0, "member-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	openWindows(b, store, lease)
+	base := event.ComposeTS(time.Now().Add(-24*time.Hour).UnixMilli(), 0)
+	return &snapBench{redis: rd, store: store, bucket: bkt, cycleTS: writeSnapBenchLog(b, store, bkt, lease, base),
+		conn: []string{"--redis-url", rd.URL, "--gcs-endpoint", g.Endpoint(), "--gcs-bucket", testenv.Bucket, "--group", "g1"}}
 }
 
 // writeSnapBenchLog backs up about -snapbench-mib of log in cycles of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,9 @@ func TestSnapshotCommand(t *testing.T) {
 		}
 	}
 	prom, err := os.ReadFile(metricsFile)
-	if err != nil || !strings.Contains(string(prom), `flowlog_snapshot_objects_total{flow="default/f"} 3`) {
+	if err != nil || !strings.Contains(string(prom), `flowlog_op_objects{command="snapshot",flow="default/f"} 3`) ||
+		!strings.Contains(string(prom), `flowlog_op_last_success_timestamp_seconds{command="snapshot"}`) ||
+		!regexp.MustCompile(`flowlog_op_log_read_bytes\{command="snapshot",flow="default/f"\} [1-9]`).Match(prom) {
 		t.Errorf("metrics file: %v\n%s", err, prom)
 	}
 	// Again at the same ts: nothing to do.

@@ -21,9 +21,10 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// TestTruncate: truncate keeps what a restore at or above the snapshot
-// needs (prewritten values of later commits included), refuses without a
-// snapshot, says what it will do first, and a second run changes nothing.
+// TestTruncate: after truncate, `consumer restore` at ts at or above the
+// snapshot writes byte for byte what it wrote before (prewritten values of
+// later commits included) and below it is refused; truncate refuses
+// without a snapshot, says what it will do first, and a second run changes nothing.
 func TestTruncate(t *testing.T) {
 	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
 	e := newRetentionEnv(t, rd, g, "t1", 7, 40, 10)
@@ -36,6 +37,7 @@ func TestTruncate(t *testing.T) {
 	old := e.ms(300, 0)
 	e.snapshot(t, old)
 	snapBytes := e.snapshot(t, s)
+	base := e.baseline(t, e.restoreTSs(s)...)
 	before := e.storedBytes(t)
 	metas, _ := e.store.Metas(context.Background(), 1)
 
@@ -88,7 +90,7 @@ func TestTruncate(t *testing.T) {
 			t.Errorf("the older snapshot's object %s is still there", n)
 		}
 	}
-	e.checkRestorable(t, s)
+	e.checkRestores(t, base)
 
 	// What it stores now, against the snapshot plus the log after it.
 	logAfter := logBytesAfter(t, e, s)
@@ -119,7 +121,15 @@ func TestTruncate(t *testing.T) {
 	if err != nil || !strings.Contains(out, "deleted 0 objects") || e.storedBytes(t) != stored {
 		t.Errorf("second truncate: %v, stdout:\n%s", err, out)
 	}
-	e.snapshot(t, old) // listed again: still below the truncation point
+	// A snapshot below the truncation point is refused; one listed there
+	// anyway (as before the truncate) gives truncate nothing to do.
+	if out, err := e.run(t, "snapshot", "--flow", "f", "--ts", fmt.Sprint(old), "--temp-dir", t.TempDir()); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("the oldest restorable ts is %d", s)) {
+		t.Errorf("snapshot below the truncation point: %v, stdout:\n%s", err, out)
+	}
+	if err := e.store.AddSnapshot(context.Background(), 1, sink.SnapshotMetaPath(e.prefix, "default", "f", 1, old)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.run(t, "truncate", "--flow", "f", "--until", fmt.Sprint(old+1)); err == nil || !strings.Contains(err.Error(), "already truncated before") {
 		t.Errorf("truncate below the truncation point: %v", err)
 	}
@@ -150,9 +160,10 @@ func logBytesAfter(t *testing.T, e *retentionEnv, s uint64) int64 {
 }
 
 // TestTruncateCrash kills truncate at points spread over its run, before
-// and after its Redis transaction, and checks that whatever it left, the
-// snapshot plus the listed log restore the history at every ts at or above
-// the snapshot, that gc then removes what the killed run left behind, and
+// and after its Redis transaction, and checks that whatever it left,
+// `consumer restore` at ts at or above the snapshot writes what it wrote
+// before the truncate (and below it is refused once the truncation point
+// is recorded), that gc then removes what the killed run left behind, and
 // that a new run completes the truncate.
 func TestTruncateCrash(t *testing.T) {
 	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
@@ -162,6 +173,7 @@ func TestTruncateCrash(t *testing.T) {
 		e := newRetentionEnv(t, rd, g, fmt.Sprintf("c%d", round), uint64(round), 30, 12)
 		s := e.ms(30*50*7/10, 0)
 		e.snapshot(t, s)
+		base := e.baseline(t, e.restoreTSs(s)...)
 		args := e.cmd("truncate", "--flow", "f", "--until", fmt.Sprint(s), "--parallel", "1")
 		var after string
 		var delay time.Duration
@@ -183,7 +195,7 @@ func TestTruncateCrash(t *testing.T) {
 			t.Fatalf("round %d: truncated_before = %d, %v, %v", round, tb, truncated, err)
 		}
 		t.Logf("round %d: killed %v after %v past %q; truncated_before recorded: %v", round, killed, delay, after, truncated)
-		e.checkRestorable(t, s)
+		e.checkRestores(t, base)
 		if round == 0 {
 			continue
 		}
@@ -192,7 +204,7 @@ func TestTruncateCrash(t *testing.T) {
 		if out, err := e.run(t, "gc", "--grace", "0s"); err != nil {
 			t.Fatalf("round %d: gc: %v, stdout:\n%s", round, err, out)
 		}
-		e.checkRestorable(t, s)
+		e.checkRestores(t, base)
 		st := e.store
 		plan, err := sink.PlanGC(context.Background(), e.bucket, sink.GCOptions{Prefix: e.prefix, Refs: gcRefs(st)})
 		if err != nil || len(plan.Delete)+plan.Young > 0 {
@@ -202,7 +214,7 @@ func TestTruncateCrash(t *testing.T) {
 		if out, err := e.run(t, "truncate", args[len(e.conn)+1:]...); err != nil {
 			t.Fatalf("round %d: truncate after the kill: %v, stdout:\n%s", round, err, out)
 		}
-		e.checkRestorable(t, s)
+		e.checkRestores(t, base)
 	}
 }
 

@@ -42,6 +42,14 @@ func runVerify(ctx context.Context, args []string) error {
 			other := flowRef{ID: meta.FlowID(id)}
 			err := listMetas(ctx, st, &other)
 			return other.Metas, err
+		},
+		ListedSnapshots: func(ctx context.Context, id uint32) ([]string, error) {
+			refs, err := st.Snapshots(ctx, meta.FlowID(id))
+			paths := make([]string, len(refs))
+			for i, r := range refs {
+				paths[i] = r.Path
+			}
+			return paths, err
 		}}
 	if !ref.Dropped {
 		s, err := st.FlowState(ctx, ref.ID)
@@ -112,7 +120,7 @@ func runVerify(ctx context.Context, args []string) error {
 			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
 		}
 		if r.Unreferenced > 0 {
-			fmt.Printf("  unreferenced: %d objects (%.1f MiB) under %s that no committed meta references; not part of the backup, to be removed by consumer gc (planned)\n",
+			fmt.Printf("  unreferenced: %d objects (%.1f MiB) under %s that no committed meta references; not part of the backup, consumer gc removes them once older than its --grace\n",
 				r.Unreferenced, float64(r.UnreferencedBytes)/(1<<20), opts.Flow.Dir())
 		}
 		for _, f := range r.Faults {
