@@ -1,11 +1,8 @@
 package meta
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -312,23 +309,5 @@ func (s *Store) PartitionCheckpointsIdle(ctx context.Context, topic string, part
 // min_resolved_ts (as the float64 score) then path. MinResolvedTS is the
 // rounded score; see MetaRef.
 func (s *Store) Metas(ctx context.Context, id FlowID) ([]MetaRef, error) {
-	key := s.keys.Metas(id)
-	zs, err := s.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("zrange %s: %w", key, err)
-	}
-	out := make([]MetaRef, 0, len(zs))
-	for _, z := range zs {
-		path, _ := z.Member.(string)
-		out = append(out, MetaRef{FlowID: id, Path: path, MinResolvedTS: uint64(z.Score)})
-	}
-	// Redis already orders by score then member; sort anyway so the order
-	// is this function's contract. uint64(score) keeps the score's order.
-	slices.SortFunc(out, func(a, b MetaRef) int {
-		if c := cmp.Compare(a.MinResolvedTS, b.MinResolvedTS); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Path, b.Path)
-	})
-	return out, nil
+	return metasOf(ctx, s.rdb, s.keys.Metas(id), id)
 }

@@ -1,11 +1,9 @@
 package meta
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -91,26 +89,7 @@ func (s *Store) AddSnapshot(ctx context.Context, id FlowID, path string) error {
 
 // Snapshots returns the listed snapshots of flow id, oldest first.
 func (s *Store) Snapshots(ctx context.Context, id FlowID) ([]SnapshotRef, error) {
-	key := s.keys.Snapshots(uint32(id))
-	members, err := s.rdb.ZRange(ctx, key, 0, -1).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("zrange %s: %w", key, err)
-	}
-	out := make([]SnapshotRef, 0, len(members))
-	for _, m := range members {
-		ts, _, err := SnapshotPathTS(m)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		out = append(out, SnapshotRef{FlowID: id, TS: ts, Path: m})
-	}
-	slices.SortFunc(out, func(a, b SnapshotRef) int {
-		if c := cmp.Compare(a.TS, b.TS); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Path, b.Path)
-	})
-	return out, nil
+	return snapshotsOf(ctx, s.rdb, s.keys.Snapshots(uint32(id)), id)
 }
 
 // TruncatedBefore returns the ts below which flow id's log was truncated,

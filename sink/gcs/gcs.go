@@ -214,23 +214,7 @@ func (b *Bucket) Size(ctx context.Context, name string) (int64, error) {
 
 // Iter implements sink.Bucket. GCS lists in lexical order of names.
 func (b *Bucket) Iter(ctx context.Context, prefix string, fn func(name string) error) error {
-	q := &storage.Query{Prefix: prefix}
-	if err := q.SetAttrSelection([]string{"Name"}); err != nil {
-		return fmt.Errorf("iter gs://%s/%s: %w", b.name, prefix, err)
-	}
-	it := b.bkt.Objects(ctx, q)
-	for {
-		a, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("iter gs://%s/%s: %w", b.name, prefix, err)
-		}
-		if err := fn(a.Name); err != nil {
-			return err
-		}
-	}
+	return b.List(ctx, prefix, func(o sink.ObjectInfo) error { return fn(o.Name) })
 }
 
 // List implements sink.Lister: names, sizes and creation times, in
