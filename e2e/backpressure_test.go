@@ -18,7 +18,7 @@ import (
 // bpSample is what the backpressure sampler saw at one instant.
 type bpSample struct {
 	at        time.Duration
-	tempBytes int64 // sum of file sizes under --temp-dir (temp files and spools)
+	tempBytes int64 // sum of file sizes under --temp-dir
 	rss       int64 // VmRSS of the consumer, bytes
 	paused    bool
 }
@@ -112,11 +112,12 @@ func (s *bpSampler) halt() {
 //
 // Slack: the consumer checks the bound after it has written a whole poll's
 // records, and a poll holds one fetch per broker (one here) of at most
-// max(--max-temp-bytes/8, 1 MiB) bytes (pipeline.Config.FetchOpts); the
-// temp dir also holds the spool of the cycle being uploaded (its data
-// object, a compressed copy of temp files counted in the bound). So the
-// bound checked is max-temp-bytes + 1 MiB (one fetch) + max-temp-bytes
-// (spools).
+// max(--max-temp-bytes/8, 1 MiB) bytes (pipeline.Config.FetchOpts). The
+// temp files are the objects' compressed chunks, counted uncompressed in the
+// bound, so the dir holds less than the bound says; the check still allows
+// a second max-temp-bytes, which older versions needed for a spool copy of
+// the cycle being uploaded. So the bound checked is max-temp-bytes + 1 MiB
+// (one fetch) + max-temp-bytes.
 func TestBackpressure(t *testing.T) {
 	const (
 		partitions   = 4

@@ -76,8 +76,9 @@ func TestManyTinyTempFiles(t *testing.T) {
 	const (
 		regions = 3000
 		maxOpen = 16
-		// margin covers the flusher (a chunk and a spool file per flow
-		// uploaded at once) and connections the clients open late.
+		// margin covers the flusher (the temp files of the flows it
+		// uploads at once, opened one after another) and connections the
+		// clients open late.
 		margin = 32
 	)
 	cases := []struct {

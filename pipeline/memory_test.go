@@ -107,7 +107,7 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 		regions   = 2000
 		openCap   = 128  // 16 MiB / 4 / 32 KiB
 		cycleCap  = 1365 // 16 MiB / 6 / (2 x 1 KiB)
-		fdMargin  = 32   // the flusher's chunk and spool files, late connections
+		fdMargin  = 32   // the temp files the flusher streams, late connections
 		maxMemory = 16 << 20
 	)
 	var lim syscall.Rlimit
