@@ -134,8 +134,8 @@ func TestConsumerMemoryBound(t *testing.T) {
 	if err := cons.Stop(); err != nil {
 		t.Errorf("consumer exit after SIGTERM: %v", err)
 	}
-	if limit, src := memoryLimitLogged(t, cons.Log()); limit != defaults.MemoryBudget() || src != "--max-memory" {
-		t.Errorf("consumer logged go memory limit %d from %q, want %d from --max-memory", limit, src, defaults.MemoryBudget())
+	if limit, src := memoryLimitLogged(t, cons.Log()); limit != pipeline.GoMemoryLimit(defaults.MemoryBudget()) || src != "--max-memory" {
+		t.Errorf("consumer logged go memory limit %d from %q, want %d from --max-memory", limit, src, pipeline.GoMemoryLimit(defaults.MemoryBudget()))
 	}
 	var records int64
 	for _, o := range end {

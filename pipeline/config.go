@@ -75,7 +75,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
 	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files held open at once (a descriptor and a 32KiB buffer each; more are closed and reopened as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
-	f.Var(&c.MaxMemory, "max-memory", "memory to plan for: the Go soft memory limit unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
+	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply events with a key or value larger than this go to the DLQ")
 	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
 	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")

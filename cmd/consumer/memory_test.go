@@ -29,9 +29,10 @@ func TestMaxMemorySetsGoMemoryLimit(t *testing.T) {
 		limit  int64
 		source string
 	}{
-		{"default", nil, []string{"GOMEMLIMIT="}, 128 << 20, "--max-memory"},
-		{"flag", []string{"--max-memory", "64MiB"}, []string{"GOMEMLIMIT="}, 64 << 20, "--max-memory"},
-		{"environment", nil, []string{"GOMEMLIMIT=", "FLOWLOG_MAX_MEMORY=48MiB"}, 48 << 20, "--max-memory"},
+		{"default", nil, []string{"GOMEMLIMIT="}, 96 << 20, "--max-memory"},
+		{"flag", []string{"--max-memory", "64MiB"}, []string{"GOMEMLIMIT="}, 32 << 20, "--max-memory"},
+		{"environment", nil, []string{"GOMEMLIMIT=", "FLOWLOG_MAX_MEMORY=48MiB"}, 24 << 20, "--max-memory"},
+		{"large", []string{"--max-memory", "1GiB"}, []string{"GOMEMLIMIT="}, 992 << 20, "--max-memory"},
 		{"GOMEMLIMIT wins", []string{"--max-memory", "64MiB"}, []string{"GOMEMLIMIT=300MiB"}, 300 << 20, "GOMEMLIMIT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -96,9 +96,10 @@ func runRun(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, log, nil)
 }
 
-// applyMemoryLimit makes --max-memory the Go runtime's soft memory limit,
-// so that the garbage collector works harder rather than let the heap pass
-// it, unless GOMEMLIMIT is set: the runtime has read that already and it
+// applyMemoryLimit sets the Go runtime's soft memory limit from
+// --max-memory (pipeline.GoMemoryLimit: the budget less what the runtime
+// does not count, the binary's code), so that the garbage collector works
+// harder rather than let the process pass the budget, unless GOMEMLIMIT is set: the runtime has read that already and it
 // stays (an operator's explicit limit for the runtime wins; --max-memory
 // still sizes fetches and buffers). `consumer dev` does not call it: its
 // process also holds the embedded Kafka and GCS.
@@ -106,7 +107,7 @@ func applyMemoryLimit(log *slog.Logger, maxMemory int64) {
 	source := "GOMEMLIMIT"
 	if os.Getenv("GOMEMLIMIT") == "" {
 		source = "--max-memory"
-		debug.SetMemoryLimit(maxMemory)
+		debug.SetMemoryLimit(pipeline.GoMemoryLimit(maxMemory))
 	}
 	log.Info("go memory limit", "memory_limit", debug.SetMemoryLimit(-1), "source", source)
 }
