@@ -253,3 +253,45 @@ func globEscape(s string) string {
 	}
 	return b.String()
 }
+
+// Listed is everything Redis references in the bucket, as gc needs it.
+type Listed struct {
+	Metas     []string        // every member of every metas:<id>
+	Snapshots []string        // every member of every snapshots:<id>
+	KnownIDs  map[uint32]bool // KnownFlowIDs
+}
+
+// Listed reads every listed meta and snapshot of every flow id that has
+// any, live or dropped, and the flow ids this prefix has or had.
+func (s *Store) Listed(ctx context.Context) (Listed, error) {
+	var l Listed
+	known, err := s.KnownFlowIDs(ctx)
+	if err != nil {
+		return l, err
+	}
+	l.KnownIDs = make(map[uint32]bool, len(known))
+	for _, id := range known {
+		l.KnownIDs[uint32(id)] = true
+	}
+	ids, err := s.BackupIDs(ctx)
+	if err != nil {
+		return l, err
+	}
+	for _, id := range ids {
+		metas, err := s.Metas(ctx, id)
+		if err != nil {
+			return l, err
+		}
+		for _, m := range metas {
+			l.Metas = append(l.Metas, m.Path)
+		}
+		snaps, err := s.Snapshots(ctx, id)
+		if err != nil {
+			return l, err
+		}
+		for _, sn := range snaps {
+			l.Snapshots = append(l.Snapshots, sn.Path)
+		}
+	}
+	return l, nil
+}

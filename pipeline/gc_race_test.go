@@ -33,24 +33,12 @@ func (b *slowCommitBucket) Upload(ctx context.Context, obj sink.Object) error {
 	return err
 }
 
-// gcRefs reads every listed meta and snapshot, as consumer gc does.
+// gcRefs reads every listed meta and snapshot as consumer gc does
+// (meta.Store.Listed).
 func gcRefs(st *meta.Store) func(context.Context) (sink.GCRefs, error) {
 	return func(ctx context.Context) (sink.GCRefs, error) {
-		var refs sink.GCRefs
-		ids, err := st.BackupIDs(ctx)
-		if err != nil {
-			return refs, err
-		}
-		for _, id := range ids {
-			metas, err := st.Metas(ctx, id)
-			if err != nil {
-				return refs, err
-			}
-			for _, m := range metas {
-				refs.Metas = append(refs.Metas, m.Path)
-			}
-		}
-		return refs, nil
+		l, err := st.Listed(ctx)
+		return sink.GCRefs{Metas: l.Metas, Snapshots: l.Snapshots, KnownIDs: l.KnownIDs}, err
 	}
 }
 

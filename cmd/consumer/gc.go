@@ -62,39 +62,11 @@ func runGC(ctx context.Context, args []string) error {
 }
 
 // gcRefs reads every listed meta and snapshot of every flow id that has any,
-// live or dropped.
+// live or dropped (meta.Store.Listed).
 func gcRefs(st *meta.Store) func(ctx context.Context) (sink.GCRefs, error) {
 	return func(ctx context.Context) (sink.GCRefs, error) {
-		var refs sink.GCRefs
-		known, err := st.KnownFlowIDs(ctx)
-		if err != nil {
-			return refs, err
-		}
-		refs.KnownIDs = map[uint32]bool{}
-		for _, id := range known {
-			refs.KnownIDs[id] = true
-		}
-		ids, err := st.BackupIDs(ctx)
-		if err != nil {
-			return refs, err
-		}
-		for _, id := range ids {
-			metas, err := st.Metas(ctx, id)
-			if err != nil {
-				return refs, err
-			}
-			for _, m := range metas {
-				refs.Metas = append(refs.Metas, m.Path)
-			}
-			snaps, err := st.Snapshots(ctx, id)
-			if err != nil {
-				return refs, err
-			}
-			for _, s := range snaps {
-				refs.Snapshots = append(refs.Snapshots, s.Path)
-			}
-		}
-		return refs, nil
+		l, err := st.Listed(ctx)
+		return sink.GCRefs{Metas: l.Metas, Snapshots: l.Snapshots, KnownIDs: l.KnownIDs}, err
 	}
 }
 
