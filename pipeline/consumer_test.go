@@ -65,14 +65,7 @@ func TestFlush133RegionsInOneCycle(t *testing.T) {
 	if n := len(metas[0].Files); n != 133 {
 		t.Fatalf("meta lists %d chunks, want 133 (one per region)", n)
 	}
-	if len(got) != len(want) {
-		t.Fatalf("backed up %d distinct entries, want %d", len(got), len(want))
-	}
-	for k, n := range got {
-		if want[k] != 1 || n != 1 {
-			t.Fatalf("entry seen %d times (want once, expected=%v)", n, want[k] == 1)
-		}
-	}
+	checkOnce(t, got, want)
 	checkOffsetsCommitted(t, r)
 	if files := r.tempFiles(); len(files) != 0 {
 		t.Fatalf("temp files left after the cycle: %v", files)

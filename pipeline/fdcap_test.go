@@ -158,14 +158,7 @@ func TestManyTinyTempFiles(t *testing.T) {
 			peak := fds.halt()
 
 			metas, got := r.entries(id)
-			if len(got) != len(want) {
-				t.Errorf("backed up %d distinct entries, want %d", len(got), len(want))
-			}
-			for k, n := range got {
-				if want[k] != 1 || n != 1 {
-					t.Fatalf("entry backed up %d times (produced %d times)", n, want[k])
-				}
-			}
+			checkOnce(t, got, want)
 			checkOffsetsCommitted(t, r)
 			t.Logf("%d records of %d regions: %d cycles; open descriptors %d before, peak %d (cap %d + margin %d)",
 				len(recs), regions, len(metas), base, peak, maxOpen, margin)

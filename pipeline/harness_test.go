@@ -275,3 +275,17 @@ func (r *rig) waitHandled(n int64) {
 		return next == n
 	}, "every record handled")
 }
+
+// checkOnce fails t unless every entry of want (produced once each) was
+// backed up exactly once and nothing else was: got is rig.entries' count.
+func checkOnce(t *testing.T, got, want map[string]int) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("backed up %d distinct entries, want %d", len(got), len(want))
+	}
+	for k, n := range got {
+		if want[k] != 1 || n != 1 {
+			t.Fatalf("entry backed up %d times (produced %d times)", n, want[k])
+		}
+	}
+}

@@ -139,14 +139,7 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	peak := fds.halt()
 
 	metas, got := r.entries(id)
-	if len(got) != len(want) {
-		t.Errorf("backed up %d distinct entries, want %d", len(got), len(want))
-	}
-	for k, n := range got {
-		if want[k] != 1 || n != 1 {
-			t.Fatalf("entry backed up %d times (produced %d times)", n, want[k])
-		}
-	}
+	checkOnce(t, got, want)
 	t.Logf("%d regions: %d cycles; open descriptors %d before, peak %d (cap %d + margin %d)", regions, len(metas), base, peak, openCap, fdMargin)
 	if peak > base+openCap+fdMargin {
 		t.Errorf("open descriptors peaked at %d, over %d before + %d (from --max-memory) + margin %d", peak, base, openCap, fdMargin)
