@@ -51,7 +51,8 @@ func IsJSON(contentType string) bool {
 // DecodeBatch decodes an apply record's value into b, in JSON form when
 // IsJSON(contentType) and in protobuf form otherwise. It reuses the capacity
 // of b.Events; in protobuf form it allocates nothing beyond growing b.Events,
-// and event keys and values alias value. Unknown protobuf fields are skipped;
+// and event keys and values alias value; in JSON form they share one new
+// buffer per call (in the usual spellings, json_fast.go). Unknown protobuf fields are skipped;
 // unknown JSON fields are rejected. A cf or op outside the enums is an error.
 // Every error is a *DecodeError; b's contents are unspecified after one.
 func DecodeBatch(b *Batch, value []byte, contentType string) error {
@@ -161,17 +162,24 @@ func protoErr(what string, n int) error {
 	return decodeErr(ReasonProto, fmt.Errorf("%s: %w", what, protowire.ParseError(n)))
 }
 
+// decodeJSON decodes the JSON form: by decodeJSONFast when it can, else by
+// protojson.Unmarshal (json_fast.go).
 func decodeJSON(b *Batch, value []byte) error {
-	var m ApplyBatch
-	if err := protojson.Unmarshal(value, &m); err != nil {
-		return decodeErr(ReasonJSON, err)
+	if !decodeJSONFast(b, value) {
+		b.RegionID, b.ResolvedTS, b.Events = 0, 0, b.Events[:0]
+		var m ApplyBatch
+		if err := protojson.Unmarshal(value, &m); err != nil {
+			return decodeErr(ReasonJSON, err)
+		}
+		b.RegionID, b.ResolvedTS = m.RegionId, m.ResolvedTs
+		for _, pe := range m.Events {
+			b.Events = append(b.Events, Event{Key: pe.Key, Value: pe.Value, CF: pe.Cf, Op: pe.Op})
+		}
 	}
-	b.RegionID, b.ResolvedTS = m.RegionId, m.ResolvedTs
-	for _, pe := range m.Events {
-		if err := checkEnums(pe.Cf, pe.Op); err != nil {
+	for i := range b.Events {
+		if err := checkEnums(b.Events[i].CF, b.Events[i].Op); err != nil {
 			return err
 		}
-		b.Events = append(b.Events, Event{Key: pe.Key, Value: pe.Value, CF: pe.Cf, Op: pe.Op})
 	}
 	return nil
 }
