@@ -18,7 +18,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
 )
@@ -215,4 +218,112 @@ func watchRSS(t testing.TB, p *proc, bound int64) *rssWatchdog {
 func (w *rssWatchdog) halt() {
 	w.once.Do(func() { close(w.stop) })
 	<-w.done
+}
+
+// TestConsumerMemoryBoundCompressedTopic is TestConsumerMemoryBound on a
+// topic whose producer compressed its batches (zstd) and whose values
+// compress about fortyfold: a fetch's limit counts compressed bytes, and
+// franz-go holds a fetch decompressed, so the consumer must size its
+// fetches by the ratio it sees (flowlog_fetch_max_bytes) to stay in its
+// bound. Before it did, it passed 400 MiB within half a second.
+func TestConsumerMemoryBoundCompressedTopic(t *testing.T) {
+	if os.Getenv("FLOWLOG_E2E_RACE") == "1" {
+		t.Skip("FLOWLOG_E2E_RACE=1: a race-detector consumer's RSS says nothing about its memory bound")
+	}
+	const (
+		want    = 300 << 20 // uncompressed bytes of records
+		regions = 16
+	)
+	c := startCluster(t, benchPartitions)
+	for _, f := range benchFlows {
+		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Broker.Addr), kgo.DefaultProduceTopic(testenv.ApplyTopic),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	text := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog; ", 24)[:1024])
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	var (
+		produced int64
+		ts       uint64
+		h        int64
+		failed   atomic.Pointer[error]
+	)
+	for produced < want {
+		for r := 1; r <= regions; r++ {
+			b := &event.Batch{RegionID: uint64(r)}
+			for range 64 {
+				h++
+				ts = event.ComposeTS(base+h/1000, uint64(h%1000))
+				b.Events = append(b.Events, event.Event{Key: event.AppendDataKey(nil, event.RowKey(1+h%4, h), ts), Value: text})
+			}
+			v := event.EncodeBatch(nil, b)
+			produced += int64(len(v))
+			cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: v}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
+		}
+	}
+	resolved := ts + 1
+	for r := 1; r <= regions; r++ {
+		hb := event.EncodeBatch(nil, &event.Batch{RegionID: uint64(r), ResolvedTS: resolved})
+		cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: hb}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := failed.Load(); err != nil {
+		t.Fatalf("produce: %v", *err)
+	}
+	adm := newAdmin(t, c.Broker.Addr)
+	end := map[int32]int64{}
+	endOffsets(ctx, t, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
+	adm.Close()
+
+	start := time.Now()
+	cons := c.startConsumer(t, "consumer-zstd", "--flush-interval", benchFlushInterval)
+	dog := watchRSS(t, cons, memoryBound)
+	defer dog.halt()
+	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
+	waitForOrStop(t, 3*time.Minute, func() (bool, string, error) {
+		if over := dog.killed.Load(); over > 0 {
+			return false, "", fmt.Errorf("RSS %.1f MiB passed the %d MiB bound: the watchdog killed the consumer", float64(over)/(1<<20), memoryBound>>20)
+		}
+		if cons.hasExited() {
+			return false, "", errors.New("the consumer exited")
+		}
+		ok, msg := commitDone(ctx, store, resolved, end)
+		return ok, msg, nil
+	})
+	took := time.Since(start)
+	dog.halt()
+	mem, err := peakRSS(cons)
+	if err != nil {
+		t.Fatalf("peak RSS: %v", err)
+	}
+	fetchLimit, _ := scrapeMetrics(t, "http://"+cons.Addr).get("flowlog_fetch_max_bytes")
+	if err := cons.Stop(); err != nil {
+		t.Errorf("consumer exit after SIGTERM: %v", err)
+	}
+	t.Logf("%.1f MB of zstd-compressed records committed in %v; VmHWM %.1f MiB against a bound of %d MiB; fetch limit at the end %.0f KiB",
+		float64(produced)/1e6, took.Round(time.Millisecond), float64(mem.peak)/(1<<20), memoryBound>>20, fetchLimit/1024)
+	if mem.peak >= memoryBound {
+		t.Errorf("consumer VmHWM %.1f MiB, want under %d MiB", float64(mem.peak)/(1<<20), memoryBound>>20)
+	}
+	var defaults pipeline.Config
+	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	if share := defaults.MemoryBudget() / 4 / 3; fetchLimit <= 0 || fetchLimit > float64(share)/8 {
+		t.Errorf("flowlog_fetch_max_bytes = %.0f, want above 0 and under an eighth of the %d B fetch share for data compressed over eightfold", fetchLimit, share)
+	}
 }

@@ -200,6 +200,10 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// at most a quarter of --max-temp-bytes, which bounds the overshoot of
 	// the fetch pause (Config.fetchMaxBytes).
 	opts = append(opts, c.cfg.FetchOpts()...)
+	// ... counted decompressed: the limit follows the compression ratio of
+	// the batches fetched (fetchsize.go).
+	sizer, first := newFetchSizer(c.cfg.fetchMaxBytes(), func(n int32) { c.m.fetchMaxBytes.Set(float64(n)) })
+	opts = append(opts, kgo.FetchMaxBytes(first), kgo.FetchMaxPartitionBytes(first), kgo.WithHooks(sizer))
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))
@@ -209,6 +213,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	s.cl = cl
+	sizer.setClient(cl)
 	s.adm = kadm.NewClient(cl)
 	close(s.clReady)
 	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))

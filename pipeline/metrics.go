@@ -25,6 +25,7 @@ type metrics struct {
 	cyclesTotal     *prometheus.CounterVec
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
+	fetchMaxBytes   prometheus.Gauge
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -109,11 +110,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "late_events_total",
 			Help: "Write-CF puts whose commit ts is at or below their partition's last checkpoint: the upstream sent data after a resolved ts that claimed it complete. Backed up all the same; a checkpoint or window may have claimed them too early.",
 		}),
+		fetchMaxBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "fetch_max_bytes",
+			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)
