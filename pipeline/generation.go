@@ -2,35 +2,35 @@ package pipeline
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/flowlog/flowlog/meta"
-	"github.com/flowlog/flowlog/sink"
 )
 
 // generation is the set of temp files events are appended to now. A freeze
 // hands the whole generation to a flush cycle and starts a new one, so a
 // frozen file never receives another entry.
 //
-// At most maxOpen of its files are open (a handle and a write buffer) at a
-// time: opening one more closes the least recently appended one first
-// (touch). A generation of 15,000 one-entry files thus needs maxOpen file
-// descriptors and maxOpen buffers, not 15,000 of each. The consume loop owns
-// the current generation; seal hands it over with every file closed, so a
-// frozen cycle holds no descriptor while it waits for the flusher.
+// Its files write to one segment file (segment.go). At most maxOpen of
+// them hold a write buffer at a time: one more makes the least recently
+// appended one write what it holds and give its buffer back first (touch).
+// A generation of 15,000 one-entry files thus needs one descriptor and
+// maxOpen buffers, not 15,000 of each. The consume loop owns the current
+// generation; seal hands it over with every buffer written and the segment
+// closed, so a frozen cycle holds no descriptor while it waits for the
+// flusher.
 type generation struct {
 	id      uint64
 	root    string
 	maxOpen int
 	compr   string // chunk compression its files are written with
 	files   map[fileKey]*tempFile
-	dirs    map[meta.FlowID]string
+	seg     *segment
 	bytes   int64     // framed bytes of its files
 	mem     int64     // estimated memory of its files besides buffers (tempFile.mem)
-	open    int       // files with a handle and a buffer
-	lru     tempFile  // sentinel of the ring of open files, most recently appended first
+	open    int       // files holding a buffer
+	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
 
 	pending  []*tempFile // files with full buffers queued (spill.go)
@@ -38,7 +38,8 @@ type generation struct {
 }
 
 func newGeneration(root string, id uint64, maxOpen int, compression string) *generation {
-	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), compr: compression, files: map[fileKey]*tempFile{}, dirs: map[meta.FlowID]string{}}
+	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), compr: compression, files: map[fileKey]*tempFile{},
+		seg: newSegment(filepath.Join(root, fmt.Sprintf("g%d.seg", id)))}
 	g.lru.prev, g.lru.next = &g.lru, &g.lru
 	return g
 }
@@ -47,8 +48,9 @@ func newGeneration(root string, id uint64, maxOpen int, compression string) *gen
 // --max-temp-bytes: its bytes plus the memory its files hold.
 func (g *generation) cost() int64 { return g.bytes + g.mem }
 
-// file returns the temp file of key, creating its entry (not yet the file on
-// disk: the first append does) under <root>/<catalog>/<flow>/ on first use.
+// file returns the temp file of key, creating it on first use. (The key
+// holds the flow id, which keeps a flow dropped and created again under the
+// same name apart from the old one, DESIGN 4.)
 func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	if l := g.last; l != nil && l.key == key {
 		return l, nil
@@ -57,25 +59,7 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 		g.last = f
 		return f, nil
 	}
-	dir, ok := g.dirs[key.flow]
-	if !ok {
-		// Catalog and flow names were validated by the DDL applier
-		// ([A-Za-z0-9_-]), so they are safe path elements.
-		dir = filepath.Join(g.root, flow.Info.CatalogName, flow.Info.FlowName)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("create temp dir: %w", err)
-		}
-		g.dirs[key.flow] = dir
-	}
-	meta := ""
-	if key.isMeta {
-		meta = "-meta"
-	}
-	// The flow id keeps a flow dropped and created again under the same
-	// name apart from the old one (DESIGN 4).
-	name := fmt.Sprintf("f%d-g%d-p%d-t%d-r%d-%s-%s%s.tmp", key.flow, g.id, key.partition, key.table, key.region,
-		sink.CFName(key.cf), sink.OpName(key.op), meta)
-	f := newTempFile(filepath.Join(dir, name), key, flow, g.compr)
+	f := newTempFile(g.seg, key, flow, g.compr)
 	f.g = g
 	g.files[key] = f
 	g.mem += f.mem()
@@ -83,10 +67,11 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	return f, nil
 }
 
-// touch makes t the most recently used open file, opening it (and closing
-// the least recently used one when maxOpen are open) if it is closed.
+// touch makes t the most recently used file, giving it a buffer (and
+// making the least recently used one write and give back its own when
+// maxOpen hold one) if it has none.
 func (g *generation) touch(t *tempFile) error {
-	if t.f != nil {
+	if t.active {
 		if g.lru.next != t {
 			g.unlink(t)
 			g.pushFront(t)
@@ -101,9 +86,7 @@ func (g *generation) touch(t *tempFile) error {
 			return err
 		}
 	}
-	if err := t.open(); err != nil {
-		return err
-	}
+	t.open()
 	g.pushFront(t)
 	g.open++
 	return nil
@@ -123,7 +106,7 @@ func (g *generation) unlink(t *tempFile) {
 // forget drops t from the generation's accounting (t is being removed).
 // The caller deletes it from files.
 func (g *generation) forget(t *tempFile) {
-	if t.f != nil {
+	if t.active {
 		g.unlink(t)
 		g.open--
 	}
@@ -134,11 +117,11 @@ func (g *generation) forget(t *tempFile) {
 	t.g = nil
 }
 
-// seal closes every file of the generation (writing what is buffered) and
-// fixes their checksums, and returns them with the memory they still hold.
-// A write that fails here stays with its file and fails the cycle when the
-// flusher closes it (tempFile.close). The generation takes no appends after
-// it.
+// seal writes what every file of the generation buffers, fixes their
+// checksums and closes the segment, and returns the files with the memory
+// they still hold. A write that fails here stays with its file and fails
+// the cycle when the flusher closes it (tempFile.close). The generation
+// takes no appends after it.
 func (g *generation) seal() (files []*tempFile, mem int64) {
 	_ = g.drain() // errors stay with their files
 	files = make([]*tempFile, 0, len(g.files))
@@ -155,6 +138,13 @@ func (g *generation) seal() (files []*tempFile, mem int64) {
 		t.g = nil
 		files = append(files, t)
 		mem += t.mem()
+	}
+	if err := g.seg.seal(); err != nil {
+		for _, t := range files {
+			if t.err == nil {
+				t.err = err
+			}
+		}
 	}
 	g.last = nil
 	return files, mem

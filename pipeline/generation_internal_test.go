@@ -17,10 +17,11 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// A generation keeps at most maxOpen files open however many it has: a
-// closed file is opened again for the next append, and what it holds in the
-// end (bytes, entries, sha256) is what was appended, in order, stored as is
-// or as zstd frames, with its stored length and CRC32C.
+// A generation keeps at most maxOpen files holding a buffer however many
+// it has: a file that gave its buffer back takes one again for the next
+// append, and what it holds in the end (bytes, entries, sha256) is what was
+// appended, in order, stored as is or as zstd frames in the generation's
+// segment, with its stored length and CRC32C.
 func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 	for _, compression := range []string{sink.CompressionNone, sink.CompressionZstd} {
 		t.Run(compression, func(t *testing.T) { testGenerationCap(t, compression) })
@@ -73,8 +74,8 @@ func testGenerationCap(t *testing.T, compression string) {
 	if g.mem != mem-lost.mem() || g.open != countOpen(g) {
 		t.Fatalf("after remove: mem %d (want %d), open %d (counted %d)", g.mem, mem-lost.mem(), g.open, countOpen(g))
 	}
-	if _, err := os.Stat(lost.path); !os.IsNotExist(err) {
-		t.Fatalf("removed file still there: %v", err)
+	if got := g.seg.refs; got != nFiles-1 {
+		t.Fatalf("segment counts %d files after a remove, want %d", got, nFiles-1)
 	}
 
 	files, sealedMem := g.seal()
@@ -83,14 +84,14 @@ func testGenerationCap(t *testing.T, compression string) {
 	}
 	var total int64
 	for _, tf := range files {
-		if tf.f != nil || tf.buf != nil || tf.g != nil {
-			t.Fatalf("%s still open or attached after seal", tf.path)
+		if tf.active || tf.buf != nil || tf.g != nil {
+			t.Fatalf("%s still open or attached after seal", tf.name())
 		}
 		got := readChunkFile(t, tf)
 		sum := sha256.Sum256(got)
 		if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) || tf.entries != rounds {
 			t.Fatalf("%s: %d bytes on disk (want %d, size says %d), %d entries, sum matches %v",
-				tf.path, len(got), len(want[tf.key]), tf.size, tf.entries, tf.sum == hex.EncodeToString(sum[:]))
+				tf.name(), len(got), len(want[tf.key]), tf.size, tf.entries, tf.sum == hex.EncodeToString(sum[:]))
 		}
 		if err := tf.close(); err != nil {
 			t.Fatalf("close after seal: %v", err)
@@ -103,18 +104,33 @@ func testGenerationCap(t *testing.T, compression string) {
 	if total != g.bytes {
 		t.Fatalf("sealed files hold %d bytes, generation counted %d", total, g.bytes)
 	}
+	// The segment goes with the last of its files.
+	if _, err := os.Stat(g.seg.path); err != nil {
+		t.Fatalf("segment before its files are removed: %v", err)
+	}
+	for _, tf := range files {
+		tf.remove()
+	}
+	if _, err := os.Stat(g.seg.path); !os.IsNotExist(err) {
+		t.Fatalf("segment still there after its files were removed: %v", err)
+	}
 }
 
-// readChunkFile reads a sealed temp file, checks its stored length and
-// CRC32C, and returns its framed bytes, decompressed if it is zstd.
+// readChunkFile reads a sealed temp file from its segment as the flusher
+// does, checks its stored length and CRC32C, and returns its framed bytes,
+// decompressed if it is zstd.
 func readChunkFile(t *testing.T, tf *tempFile) []byte {
 	t.Helper()
-	stored, err := os.ReadFile(tf.path)
+	r := newChunkReader([]*tempFile{tf})
+	stored, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if int64(len(stored)) != tf.stored || sink.CRC32C(stored) != tf.crc {
-		t.Fatalf("%s: %d bytes, CRC32C %08x on disk; file says %d, %08x", tf.path, len(stored), sink.CRC32C(stored), tf.stored, tf.crc)
+		t.Fatalf("%s: %d bytes, CRC32C %08x on disk; file says %d, %08x", tf.name(), len(stored), sink.CRC32C(stored), tf.stored, tf.crc)
 	}
 	if !tf.zstd {
 		return stored
@@ -126,7 +142,7 @@ func readChunkFile(t *testing.T, tf *tempFile) []byte {
 	defer d.Close()
 	raw, err := io.ReadAll(d)
 	if err != nil {
-		t.Fatalf("%s: decompress: %v", tf.path, err)
+		t.Fatalf("%s: decompress: %v", tf.name(), err)
 	}
 	return raw
 }
@@ -134,7 +150,7 @@ func readChunkFile(t *testing.T, tf *tempFile) []byte {
 func countOpen(g *generation) int {
 	n := 0
 	for _, tf := range g.files {
-		if tf.f != nil {
+		if tf.active {
 			n++
 		}
 	}
@@ -252,7 +268,7 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 				sum := sha256.Sum256(got)
 				if !bytes.Equal(got, want[tf.key]) || tf.sum != hex.EncodeToString(sum[:]) || tf.size != int64(len(got)) {
 					t.Fatalf("%s: %d bytes read back, %d appended (size says %d), sum matches %v",
-						tf.path, len(got), len(want[tf.key]), tf.size, tf.sum == hex.EncodeToString(sum[:]))
+						tf.name(), len(got), len(want[tf.key]), tf.size, tf.sum == hex.EncodeToString(sum[:]))
 				}
 			}
 		})

@@ -83,7 +83,7 @@ func (t *tempFile) writePending(frames []*frameJob) error {
 			case frames == nil:
 				err = t.write(b)
 			case frames[i].err != nil:
-				err = fmt.Errorf("write %s: %w", t.path, frames[i].err)
+				err = fmt.Errorf("write %s: %w", t.name(), frames[i].err)
 			default:
 				err = t.writeOut(b, *frames[i].frame)
 			}

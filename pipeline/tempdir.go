@@ -20,14 +20,19 @@ import (
 // instead of cleaned.
 const tempMarker = ".flowlog-temp"
 
-const tempMarkerText = "This directory is flowlog's --temp-dir: its temp and spool files are removed at start.\n"
+const tempMarkerText = "This directory is flowlog's --temp-dir: its temp files are removed at start.\n"
 
 // Names of the files flowlog writes under <temp-dir>/<catalog>/<flow>/, each
 // with an optional "f<flow id>-" prefix:
 //
-//	g<gen>-p<partition>-t<table>-r<region>-<cf>-<op>[-meta].tmp   temp files (generation.go)
-//	<unix ms>-<store id>-<seq>.spool                             spool files (upload.go; the cycle id)
+//	g<gen>-p<partition>-t<table>-r<region>-<cf>-<op>[-meta].tmp   temp files (earlier versions)
+//	<unix ms>-<store id>-<seq>.spool                             spool files (earlier versions)
+//
+// and directly under <temp-dir>:
+//
+//	g<gen>.seg   a generation's segment: its temp files' bytes (segment.go)
 var (
+	segFileRE  = regexp.MustCompile(`^g[0-9]+\.seg$`)
 	tempFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?g[0-9]+-p[0-9]+-t[0-9]+-r[0-9]+-(?:` +
 		sink.CFDefault + `|` + sink.CFWrite + `)-(?:` + sink.OpPut + `|` + sink.OpDelete + `)(?:-meta)?\.tmp$`)
 	spoolFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?[0-9]+-[A-Za-z0-9_-]{1,128}-[0-9]+\.spool$`)
@@ -39,9 +44,10 @@ func generatedName(name string) bool {
 	return tempFileRE.MatchString(name) || spoolFileRE.MatchString(name)
 }
 
-// cleanTempDir removes leftovers of an earlier process: the temp and spool
-// files in <root>/<catalog>/<flow>/. Their data was never committed, so it
-// is consumed again from the committed offsets.
+// cleanTempDir removes leftovers of an earlier process: the segments in
+// <root>, and the temp and spool files of earlier versions in
+// <root>/<catalog>/<flow>/. Their data was never committed, so it is
+// consumed again from the committed offsets.
 //
 // Only regular files whose names match generatedName, in real directories
 // (never a symlink) whose names pass sink.ValidName, are removed, and every
@@ -101,9 +107,10 @@ func hasTempMarker(r *os.Root) (bool, error) {
 
 // scanTempDir lists r's generated files (paths relative to r) and the first
 // entry, if any, that is not part of flowlog's layout: anything but the
-// marker and ValidName directories at the first two levels, anything but a
-// regular file with a generated name at the third. Symlinks are never
-// followed: a directory entry's type comes from the directory itself.
+// marker, segments and ValidName directories at the first level, anything
+// but ValidName directories at the second, anything but a regular file
+// with a generated name at the third. Symlinks are never followed: a
+// directory entry's type comes from the directory itself.
 func scanTempDir(r *os.Root) (leftovers []string, foreign string, err error) {
 	cats, err := readDir(r, ".")
 	if err != nil {
@@ -111,6 +118,10 @@ func scanTempDir(r *os.Root) (leftovers []string, foreign string, err error) {
 	}
 	for _, cat := range cats {
 		if cat.Name() == tempMarker && cat.Type().IsRegular() {
+			continue
+		}
+		if segFileRE.MatchString(cat.Name()) && cat.Type().IsRegular() {
+			leftovers = append(leftovers, cat.Name())
 			continue
 		}
 		if !cat.IsDir() || !sink.ValidName(cat.Name()) {

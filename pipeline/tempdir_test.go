@@ -85,6 +85,11 @@ func TestTempDirCleanupRemovesOnlyGeneratedNames(t *testing.T) {
 		{"default/g1-p0-t1-r2-write-put.tmp", false},          // one level too shallow
 		{"g1-p0-t1-r2-write-put.tmp", false},
 		{"bad.name/demo/g1-p0-t1-r2-write-put.tmp", false}, // not a valid catalog name
+		{"g1.seg", true},
+		{"g123456.seg", true},
+		{"g1.seg.bak", false},
+		{"gx.seg", false},
+		{"default/demo/g1.seg", false}, // segments live at the top
 	}
 	for _, tc := range cases {
 		writeFile(t, filepath.Join(dir, tc.path))

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash"
 	"math"
-	"os"
 	"sync"
 
 	"github.com/flowlog/flowlog/event"
@@ -53,37 +52,38 @@ type fileKey struct {
 	isMeta    bool
 }
 
-// tempFile is one append-only temp file. It frames entries into a buffer and
-// hashes and writes the buffer when it fills, so the sha256 and stats of
-// DESIGN section 5 are known when the file is frozen without reading it
-// again.
+// tempFile is one append-only temp file: a chunk of a data object in the
+// making. It frames entries into a buffer and hashes and writes the buffer
+// when it fills, so the sha256 and stats of DESIGN section 5 are known
+// when the file is frozen without reading it again. Its bytes go to its
+// generation's segment file (segment.go), at the extents it records.
 //
 // With --compression zstd each buffer is written as one zstd frame, so the
-// file on disk is already its chunk of the data object (a run of frames,
-// see sink.AppendZstdFrame): the flusher uploads the files back to back
+// bytes on disk are already its chunk of the data object (a run of frames,
+// see sink.AppendZstdFrame): the flusher uploads the chunks back to back
 // as they are, with the CRC32C combined from theirs, and no byte is
 // compressed, written or read a second time to build the object.
 //
-// While its generation is current the file may be closed at any time to
-// keep the open files under the generation's cap (generation.touch): its
-// buffer is written and given back, its handle closed, and the hash and
-// stats stay in memory; the next append opens it again for appending. A
-// frozen file is sealed: written, closed and summed (seal), and nothing
-// opens it for writing again.
+// While its generation is current the file may give its buffer back at any
+// time to keep the buffers under the generation's cap (generation.touch):
+// what it holds is written, and the hash and stats stay in memory; the next
+// append takes a buffer again. A frozen file is sealed: written and summed
+// (seal), and nothing writes to it again.
 //
 // A tempFile is owned by one goroutine at a time: the consume loop while its
 // generation is current, the flusher once frozen.
 type tempFile struct {
 	key  fileKey
 	flow *meta.Flow
-	path string
+	seg  *segment
+	ext  []extent // where its stored bytes are in seg, in order
 
 	g          *generation // the current generation holding it; nil once sealed
 	prev, next *tempFile   // links in g's list of open files, most recent first
 
-	created bool     // the file exists on disk
-	f       *os.File // nil while closed
-	buf     []byte   // nil while closed
+	active  bool   // holds a write buffer (counted in g.open)
+	removed bool   // remove has released its segment
+	buf     []byte // nil while not active
 	hash    hash.Hash
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
@@ -103,53 +103,53 @@ type tempFile struct {
 	sum            string // hex sha256, set by seal
 }
 
-func newTempFile(path string, key fileKey, flow *meta.Flow, compression string) *tempFile {
+func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
+	seg.acquire()
 	return &tempFile{
-		key: key, flow: flow, path: path, zstd: compression == sink.CompressionZstd,
+		key: key, flow: flow, seg: seg, zstd: compression == sink.CompressionZstd,
 		hash:       sha256.New(),
 		minTS:      math.MaxUint64,
 		minBeginTS: math.MaxUint64,
 	}
 }
 
-// mem is the estimated memory the file holds besides its buffer.
+// mem is the estimated memory the file holds besides its buffer: its
+// bookkeeping and key copies. (Its extents, 16 bytes per run of frames in
+// the segment, are not counted: one per full buffer is 0.05% of the bytes,
+// and only a file that keeps giving its buffer back under the cap has many
+// more.)
 func (t *tempFile) mem() int64 {
 	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey))
 }
 
-// open opens the file's handle and takes a buffer: the first time it
-// creates the file (O_EXCL: a name is never reused), later it opens it for
-// appending.
-func (t *tempFile) open() error {
-	flag := os.O_WRONLY | os.O_APPEND
-	if !t.created {
-		flag = os.O_CREATE | os.O_EXCL | os.O_WRONLY
+// name names the file in errors: its generation and key, as a path would.
+func (t *tempFile) name() string {
+	meta := ""
+	if t.key.isMeta {
+		meta = "-meta"
 	}
-	f, err := os.OpenFile(t.path, flag, 0o600)
-	if err != nil {
-		return fmt.Errorf("open temp file: %w", err)
-	}
-	t.created = true
-	t.f, t.buf = f, getBuf()
-	return nil
+	return fmt.Sprintf("f%d-p%d-t%d-r%d-%s-%s%s", t.key.flow, t.key.partition, t.key.table, t.key.region,
+		sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
 }
 
-// shut writes what is buffered, closes the handle and gives the buffer
-// back; the hash and stats stay. A failed write is also kept in t.err: the
-// file has lost bytes and its cycle must not commit.
+// open takes a write buffer.
+func (t *tempFile) open() {
+	t.active, t.buf = true, getBuf()
+}
+
+// shut writes what is buffered and gives the buffer back; the hash and
+// stats stay. A failed write is also kept in t.err: the file has lost bytes
+// and its cycle must not commit.
 func (t *tempFile) shut() error {
-	if t.f == nil {
+	if !t.active {
 		return nil
 	}
 	err := t.writeQueued()
 	if serr := t.spill(); err == nil {
 		err = serr
 	}
-	if cerr := t.f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close %s: %w", t.path, cerr)
-	}
 	putBuf(t.buf)
-	t.f, t.buf = nil, nil
+	t.active, t.buf = false, nil
 	if err != nil && t.err == nil {
 		t.err = err
 	}
@@ -165,8 +165,8 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 			return err
 		}
 	}
-	if t.f == nil {
-		return fmt.Errorf("append to %s: %w", t.path, errSealed)
+	if !t.active {
+		return fmt.Errorf("append to %s: %w", t.name(), errSealed)
 	}
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
@@ -240,48 +240,47 @@ func (t *tempFile) write(raw []byte) error {
 	defer putFrameBuf(fb)
 	var err error
 	if *fb, err = sink.AppendZstdFrame((*fb)[:0], raw); err != nil {
-		return fmt.Errorf("write %s: %w", t.path, err)
+		return fmt.Errorf("write %s: %w", t.name(), err)
 	}
 	return t.writeOut(raw, *fb)
 }
 
 // writeOut hashes the framed bytes raw and writes out, what is stored for
-// them (raw itself, or its zstd frame), keeping the stored length and
-// CRC32C.
+// them (raw itself, or its zstd frame), to the segment, keeping its extent,
+// the stored length and CRC32C.
 func (t *tempFile) writeOut(raw, out []byte) error {
 	t.hash.Write(raw)
-	n, err := t.f.Write(out)
-	t.stored += int64(n)
-	t.crc = sink.UpdateCRC32C(t.crc, out[:n])
-	if err != nil {
-		return fmt.Errorf("write %s: %w", t.path, err)
+	if len(out) == 0 {
+		return nil
 	}
+	off, err := t.seg.write(out)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", t.name(), err)
+	}
+	n := int64(len(out))
+	if k := len(t.ext) - 1; k >= 0 && t.ext[k].off+t.ext[k].len == off {
+		t.ext[k].len += n
+	} else {
+		t.ext = append(t.ext, extent{off, n})
+	}
+	t.stored += n
+	t.crc = sink.UpdateCRC32C(t.crc, out)
 	return nil
 }
 
-// seal writes what is buffered, closes the file and fixes the checksum; it
-// creates the file if nothing opened it yet, so every frozen file exists.
-// The file accepts nothing after it. An error is also kept for close.
+// seal writes what is buffered and fixes the checksum. The file accepts
+// nothing after it. An error is also kept for close.
 func (t *tempFile) seal() error {
 	if t.sum != "" {
 		return t.err
 	}
-	emptyFrame := t.zstd && t.stored == 0 && len(t.buf) == 0 && len(t.pending) == 0
-	if t.f == nil && (!t.created || emptyFrame) {
-		if err := t.open(); err != nil {
-			t.err = err
-			return err
-		}
-	}
-	var werr error
-	if emptyFrame {
+	err := t.shut()
+	if err == nil && t.zstd && t.stored == 0 {
 		// An empty compressed chunk is still one (empty) frame: a zstd
 		// reader expects at least one.
-		werr = t.write(nil)
-	}
-	err := t.shut()
-	if err == nil && werr != nil {
-		err, t.err = werr, werr
+		if err = t.write(nil); err != nil && t.err == nil {
+			t.err = err
+		}
 	}
 	t.sum = hex.EncodeToString(t.hash.Sum(nil))
 	t.hash = nil
@@ -297,19 +296,21 @@ func (t *tempFile) close() error {
 	return err
 }
 
-// remove closes (if needed) and deletes the file, and leaves its
-// generation's accounting if it is still current.
+// remove drops the file: its buffers, its generation's accounting if it is
+// still current, and its share of the segment (the last one deletes it).
 func (t *tempFile) remove() {
 	t.dropQueued()
 	if t.g != nil {
 		t.g.forget(t)
 	}
-	if t.f != nil {
-		_ = t.f.Close()
+	if t.active {
 		putBuf(t.buf)
-		t.f, t.buf = nil, nil
+		t.active, t.buf = false, nil
 	}
-	_ = os.Remove(t.path)
+	if !t.removed {
+		t.removed = true
+		t.seg.release()
+	}
 }
 
 // beginTS reports min_begin_ts_in_default_cf: the min start ts of a

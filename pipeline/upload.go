@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -115,7 +113,7 @@ func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) er
 		}
 	}
 	if !fu.dataDone {
-		body := &fileChain{paths: fu.paths()}
+		body := newChunkReader(fu.files)
 		err := c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: body, Size: fu.size, CRC32C: fu.crc})
 		body.Close()
 		if err := uploaded(ctx, c.d.Bucket, fu.dataPath, fu.size, fu.crc, err); err != nil {
@@ -207,7 +205,7 @@ func uploaded(ctx context.Context, b sink.Bucket, name string, size int64, crc u
 
 // build lays the flow's sealed temp files out as the chunks of its data
 // object and fills in the meta object, the object's size and its CRC32C
-// (combined from the files' own). A file whose size on disk is not what
+// (combined from the files' own). A segment whose size on disk is not what
 // was written to it lost bytes: ErrTempWrite.
 func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	c := f.c
@@ -216,13 +214,13 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	var crc uint32
 	m := sink.Meta{Version: 1, Flow: name, FlowID: fu.flow.ID, StoreID: c.cfg.StoreID, CycleID: cyc.id}
 	first := true
+	var checked *segment
 	for _, tf := range fu.files {
-		st, err := os.Stat(tf.path)
-		if err != nil {
-			return fmt.Errorf("chunk %s: %w", filepath.Base(tf.path), err)
-		}
-		if st.Size() != tf.stored {
-			return fmt.Errorf("%w: chunk %s: %d bytes on disk, %d written", ErrTempWrite, filepath.Base(tf.path), st.Size(), tf.stored)
+		if tf.seg != checked {
+			if err := tf.seg.check(); err != nil {
+				return err
+			}
+			checked = tf.seg
 		}
 		compression := sink.CompressionNone
 		if tf.zstd {
@@ -265,57 +263,6 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	fu.meta, fu.minResolved = m, m.MinResolvedTS
 	fu.size, fu.crc, fu.built = off, crc, true
 	return nil
-}
-
-// paths are the flow's temp files in chunk order.
-func (fu *flowUpload) paths() []string {
-	out := make([]string, len(fu.files))
-	for i, tf := range fu.files {
-		out[i] = tf.path
-	}
-	return out
-}
-
-// fileChain reads files one after the other, opening each when it gets to
-// it, so that a flow's hundreds of chunks hold one descriptor at a time.
-type fileChain struct {
-	paths []string
-	cur   *os.File
-}
-
-func (fc *fileChain) Read(p []byte) (int, error) {
-	for {
-		if fc.cur == nil {
-			if len(fc.paths) == 0 {
-				return 0, io.EOF
-			}
-			f, err := os.Open(fc.paths[0])
-			if err != nil {
-				return 0, fmt.Errorf("open chunk: %w", err)
-			}
-			fc.cur, fc.paths = f, fc.paths[1:]
-		}
-		n, err := fc.cur.Read(p)
-		if errors.Is(err, io.EOF) {
-			fc.cur.Close()
-			fc.cur = nil
-			if n == 0 {
-				continue
-			}
-			err = nil
-		}
-		return n, err
-	}
-}
-
-// Close closes the file being read, if any.
-func (fc *fileChain) Close() error {
-	if fc.cur == nil {
-		return nil
-	}
-	err := fc.cur.Close()
-	fc.cur = nil
-	return err
 }
 
 // flowFailed counts a failed cycle for a flow and makes it fatal at the
