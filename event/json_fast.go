@@ -224,11 +224,9 @@ func (p *jsonParser) bytes(v *[]byte) bool {
 	if !ok || len(s)%4 != 0 {
 		return false
 	}
-	for _, c := range s {
-		if !isStdBase64(c) {
-			return false
-		}
-	}
+	// StdEncoding rejects every byte outside its alphabet and padding but
+	// \r and \n, which plainString does not pass: URL-safe base64 ('-',
+	// '_') goes to protojson, as it decides between the two by them.
 	start := len(p.arena)
 	dst := p.arena[start : start+base64.StdEncoding.DecodedLen(len(s))]
 	n, err := base64.StdEncoding.Decode(dst, s)
@@ -238,10 +236,6 @@ func (p *jsonParser) bytes(v *[]byte) bool {
 	p.arena = p.arena[:start+n]
 	*v = p.arena[start : start+n : start+n]
 	return true
-}
-
-func isStdBase64(c byte) bool {
-	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='
 }
 
 // plainString parses a JSON string of printable ASCII without escapes and
