@@ -237,7 +237,14 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		cyc := s.freeze(triggerShutdown)
 		s.mu.Unlock()
 		wctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-		if werr := s.fl.waitCtx(wctx, cyc); werr != nil {
+		switch werr := s.fl.waitCtx(wctx, cyc); {
+		case errors.Is(werr, meta.ErrLeaseLost):
+			// The partitions moved to another member while the stop was
+			// flushing (the group session expired): that member consumes
+			// the uncommitted records from the last commit, as after any
+			// rebalance. Nothing is lost and nothing needs an operator.
+			c.log.Warn("final flush fenced: the partitions have a new owner, which consumes the uncommitted records again", "err", werr)
+		case werr != nil:
 			err = fmt.Errorf("final flush (uncommitted data is consumed again on restart): %w", werr)
 		}
 		cancel()

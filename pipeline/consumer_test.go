@@ -369,3 +369,24 @@ func TestLeftoverTempFilesRemovedAtStart(t *testing.T) {
 		t.Fatalf("a file that is not a temp file was removed: %v", err)
 	}
 }
+
+// A stop whose final flush is fenced (another member took the partition's
+// lease, as when the group session expires during the stop) returns nil:
+// the new owner consumes the uncommitted records from the last commit, and
+// nothing of them is committed here.
+func TestStopFencedFinalFlushIsNotAnError(t *testing.T) {
+	r := newRig(t, 1, sink.NewMemBucket(), nil)
+	r.start()
+	id := r.createFlow("fenced", 1)
+	r.produceBatch(putBatch(9, 1, 0, 10, 0))
+	r.eventually(10*time.Second, func() bool { return testutil.ToFloat64(r.cons.MetricEventsWritten()) == 10 }, "events written")
+	if _, err := r.store.AcquireLease(context.Background(), testenv.ApplyTopic, 0, "another-member"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatalf("stop with a fenced final flush: %v, want nil", err)
+	}
+	if metas, got := r.entries(id); len(metas) != 0 || len(got) != 0 {
+		t.Fatalf("a fenced stop committed %d metas (%d entries)", len(metas), len(got))
+	}
+}
