@@ -113,27 +113,8 @@ func TestConsumerMemoryBound(t *testing.T) {
 
 	var defaults pipeline.Config
 	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
-	start := time.Now()
 	cons := c.startConsumer(t, "consumer-mem", "--flush-interval", benchFlushInterval, "--flush-size", defaults.FlushSize.String())
-	dog := watchRSS(t, cons, memoryBound)
-	defer dog.halt()
-	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
-	waitForOrStop(t, timeout, func() (bool, string, error) {
-		if over := dog.killed.Load(); over > 0 {
-			return false, "", fmt.Errorf("RSS %.1f MiB passed the %d MiB bound: the watchdog killed the consumer", float64(over)/(1<<20), memoryBound>>20)
-		}
-		if cons.hasExited() {
-			return false, "", errors.New("the consumer exited")
-		}
-		ok, msg := commitDone(ctx, store, maxResolved, end)
-		return ok, msg, nil
-	})
-	took := time.Since(start)
-	dog.halt()
-	mem, err := peakRSS(cons)
-	if err != nil {
-		t.Fatalf("peak RSS: %v", err)
-	}
+	took, mem, sampled := commitWithinBound(ctx, t, c, cons, maxResolved, end, timeout)
 	if err := cons.Stop(); err != nil {
 		t.Errorf("consumer exit after SIGTERM: %v", err)
 	}
@@ -145,10 +126,40 @@ func TestConsumerMemoryBound(t *testing.T) {
 		records += o
 	}
 	t.Logf("%d events (%d records, %.1f MB) committed in %v; VmHWM %.1f MiB (largest VmRSS sample %.1f MiB) against a bound of %d MiB",
-		events, records, mb, took.Round(time.Millisecond), float64(mem.peak)/(1<<20), float64(dog.peak.Load())/(1<<20), memoryBound>>20)
+		events, records, mb, took.Round(time.Millisecond), float64(mem.peak)/(1<<20), float64(sampled)/(1<<20), memoryBound>>20)
 	if mem.peak >= memoryBound {
 		t.Errorf("consumer VmHWM %.1f MiB, want under %d MiB", float64(mem.peak)/(1<<20), memoryBound>>20)
 	}
+}
+
+// commitWithinBound watches cons's VmRSS against memoryBound (a SIGKILL
+// past it, as the OOM killer would) until every flow's checkpoint reaches
+// resolved and the Redis offsets equal end, and returns how long that took,
+// the consumer's memory and the largest VmRSS sampled. A kill or an exit
+// fails the test.
+func commitWithinBound(ctx context.Context, t *testing.T, c *cluster, cons *proc, resolved uint64, end map[int32]int64, timeout time.Duration) (time.Duration, procMemory, int64) {
+	t.Helper()
+	start := time.Now()
+	dog := watchRSS(t, cons, memoryBound)
+	defer dog.halt()
+	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
+	waitForOrStop(t, timeout, func() (bool, string, error) {
+		if over := dog.killed.Load(); over > 0 {
+			return false, "", fmt.Errorf("RSS %.1f MiB passed the %d MiB bound: the watchdog killed the consumer", float64(over)/(1<<20), memoryBound>>20)
+		}
+		if cons.hasExited() {
+			return false, "", errors.New("the consumer exited")
+		}
+		ok, msg := commitDone(ctx, store, resolved, end)
+		return ok, msg, nil
+	})
+	took := time.Since(start)
+	dog.halt()
+	mem, err := peakRSS(cons)
+	if err != nil {
+		t.Fatalf("peak RSS: %v", err)
+	}
+	return took, mem, dog.peak.Load()
 }
 
 // producedMBRE takes the MB from the producer's final line.
@@ -254,6 +265,11 @@ func TestConsumerMemoryBoundCompressedTopic(t *testing.T) {
 		h        int64
 		failed   atomic.Pointer[error]
 	)
+	onProduced := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}
 	for produced < want {
 		for r := 1; r <= regions; r++ {
 			b := &event.Batch{RegionID: uint64(r)}
@@ -264,21 +280,13 @@ func TestConsumerMemoryBoundCompressedTopic(t *testing.T) {
 			}
 			v := event.EncodeBatch(nil, b)
 			produced += int64(len(v))
-			cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: v}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					failed.CompareAndSwap(nil, &err)
-				}
-			})
+			cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: v}, onProduced)
 		}
 	}
 	resolved := ts + 1
 	for r := 1; r <= regions; r++ {
 		hb := event.EncodeBatch(nil, &event.Batch{RegionID: uint64(r), ResolvedTS: resolved})
-		cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: hb}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				failed.CompareAndSwap(nil, &err)
-			}
-		})
+		cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(r)), Value: hb}, onProduced)
 	}
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -291,27 +299,8 @@ func TestConsumerMemoryBoundCompressedTopic(t *testing.T) {
 	endOffsets(ctx, t, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
 	adm.Close()
 
-	start := time.Now()
 	cons := c.startConsumer(t, "consumer-zstd", "--flush-interval", benchFlushInterval)
-	dog := watchRSS(t, cons, memoryBound)
-	defer dog.halt()
-	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)
-	waitForOrStop(t, 3*time.Minute, func() (bool, string, error) {
-		if over := dog.killed.Load(); over > 0 {
-			return false, "", fmt.Errorf("RSS %.1f MiB passed the %d MiB bound: the watchdog killed the consumer", float64(over)/(1<<20), memoryBound>>20)
-		}
-		if cons.hasExited() {
-			return false, "", errors.New("the consumer exited")
-		}
-		ok, msg := commitDone(ctx, store, resolved, end)
-		return ok, msg, nil
-	})
-	took := time.Since(start)
-	dog.halt()
-	mem, err := peakRSS(cons)
-	if err != nil {
-		t.Fatalf("peak RSS: %v", err)
-	}
+	took, mem, _ := commitWithinBound(ctx, t, c, cons, resolved, end, 3*time.Minute)
 	fetchLimit, _ := scrapeMetrics(t, "http://"+cons.Addr).get("flowlog_fetch_max_bytes")
 	if err := cons.Stop(); err != nil {
 		t.Errorf("consumer exit after SIGTERM: %v", err)
