@@ -1,0 +1,437 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ApacheKafka is an Apache Kafka broker process owned by one test: one
+// node in KRaft mode that is broker and controller at once (the compose
+// file's kafka service), on free loopback ports, with its log dirs in the
+// test's temp dir.
+//
+// The process is stopped by its PID when the test ends, and it is started
+// with the parent-death signal set to SIGKILL, so a test binary that
+// panics, times out or is killed never leaves a JVM behind.
+type ApacheKafka struct {
+	// Addr is the host:port of the PLAINTEXT listener, for --brokers.
+	Addr string
+
+	cfg        ApacheKafkaConfig
+	dir        string
+	controller string // host:port of the CONTROLLER listener
+	logPath    string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+	err  error         // cmd.Wait's result, valid after done
+}
+
+// ApacheKafkaConfig is what StartApacheKafka sets up. The zero value is a
+// broker with the compose file's three topics, the apply topic with 4
+// partitions.
+type ApacheKafkaConfig struct {
+	// ApplyPartitions is the apply topic's partition count (0: 4).
+	ApplyPartitions int32
+	// Topics are the topics created once the broker answers; nil: the
+	// compose file's (ComposeTopics(ApplyPartitions)).
+	Topics []TopicSpec
+	// Props are server.properties entries added to or replacing the
+	// defaults, e.g. "message.max.bytes": "2097152".
+	Props map[string]string
+	// HeapMB is the JVM's -Xmx in MiB (0: 512).
+	HeapMB int
+}
+
+// TopicSpec is one topic to create.
+type TopicSpec struct {
+	Name       string
+	Partitions int32
+	Configs    map[string]string
+}
+
+// ComposeTopics are the topics the compose file's kafka-init job creates:
+// the apply topic with applyPartitions partitions and the DDL and DLQ
+// topics with one each, with the retention docker-compose.yml gives them.
+// deploy/compose_native_test.go runs that job's own script against a
+// broker, so the two cannot drift.
+func ComposeTopics(applyPartitions int32) []TopicSpec {
+	return []TopicSpec{
+		{Name: ApplyTopic, Partitions: applyPartitions, Configs: map[string]string{"retention.ms": "604800000"}},
+		{Name: DDLTopic, Partitions: 1, Configs: map[string]string{"retention.ms": "-1"}},
+		{Name: DLQTopic, Partitions: 1, Configs: map[string]string{"retention.ms": "2592000000"}},
+	}
+}
+
+// clusterID is the KRaft cluster id every test broker is formatted with
+// (the compose file's CLUSTER_ID).
+const clusterID = "4L6g3nShT-eMCtK--X86sw"
+
+// StartApacheKafka formats a fresh KRaft log dir, starts kafka.Kafka on
+// free loopback ports, waits until it answers and creates cfg's topics. It
+// fails the test if Java or the broker's jars are missing (ApacheKafkaJars
+// fetches them with Maven on first use).
+func StartApacheKafka(t testing.TB, cfg ApacheKafkaConfig) *ApacheKafka {
+	t.Helper()
+	if cfg.ApplyPartitions == 0 {
+		cfg.ApplyPartitions = 4
+	}
+	if cfg.Topics == nil {
+		cfg.Topics = ComposeTopics(cfg.ApplyPartitions)
+	}
+	if cfg.HeapMB == 0 {
+		cfg.HeapMB = 512
+	}
+	k := &ApacheKafka{cfg: cfg, dir: t.TempDir()}
+	k.logPath = filepath.Join(k.dir, "kafka.log")
+	t.Cleanup(func() {
+		k.Kill()
+		if t.Failed() {
+			t.Logf("--- log of the Apache Kafka broker (%s):\n%s", k.logPath, tail(k.logPath, 32<<10))
+		}
+	})
+	var lastErr error
+	for range 3 { // a port taken between FreePort and the JVM's bind: new ports
+		if lastErr = k.configure(); lastErr == nil {
+			if lastErr = k.Start(); lastErr == nil {
+				break
+			}
+		}
+		k.Kill()
+	}
+	if lastErr != nil {
+		t.Fatalf("start Apache Kafka: %v", lastErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := k.CreateTopics(ctx, cfg.Topics...); err != nil {
+		t.Fatalf("Apache Kafka: %v", err)
+	}
+	return k
+}
+
+// configure picks ports and writes server.properties and the log4j2
+// config; it formats the log dir the first time.
+func (k *ApacheKafka) configure() error {
+	ports := [2]int{}
+	for i := range ports {
+		p, err := FreePort()
+		if err != nil {
+			return fmt.Errorf("free port: %w", err)
+		}
+		ports[i] = p
+	}
+	k.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	k.controller = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+	props := map[string]string{
+		"process.roles":                            "broker,controller",
+		"node.id":                                  "1",
+		"controller.quorum.voters":                 "1@" + k.controller,
+		"listeners":                                "PLAINTEXT://" + k.Addr + ",CONTROLLER://" + k.controller,
+		"advertised.listeners":                     "PLAINTEXT://" + k.Addr,
+		"listener.security.protocol.map":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"controller.listener.names":                "CONTROLLER",
+		"inter.broker.listener.name":               "PLAINTEXT",
+		"log.dirs":                                 filepath.Join(k.dir, "data"),
+		"auto.create.topics.enable":                "false",
+		"offsets.topic.replication.factor":         "1",
+		"transaction.state.log.replication.factor": "1",
+		"transaction.state.log.min.isr":            "1",
+		"group.initial.rebalance.delay.ms":         "0",
+		// One offsets partition instead of 50: the group coordinator is up
+		// in well under a second, which every test's first join waits for.
+		"offsets.topic.num.partitions": "1",
+		"share.coordinator.state.topic.replication.factor": "1",
+		"share.coordinator.state.topic.min.isr":            "1",
+	}
+	for key, v := range k.cfg.Props {
+		props[key] = v
+	}
+	keys := make([]string, 0, len(props))
+	for key := range props {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, key := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", key, props[key])
+	}
+	if err := os.WriteFile(filepath.Join(k.dir, "server.properties"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(k.dir, "log4j2.properties"), []byte(log4j2Config), 0o644); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(k.dir, "data", "meta.properties")); err == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := k.java(ctx, "kafka.tools.StorageTool", "format", "-t", clusterID,
+		"-c", filepath.Join(k.dir, "server.properties"), "--ignore-formatted").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("format the KRaft log dir: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// log4j2Config logs warnings and the broker's start and stop to the
+// broker's log file (stdout), not the per-topic state-change chatter.
+const log4j2Config = `status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+`
+
+// java returns a command that runs main with the broker's classpath and a
+// small heap.
+func (k *ApacheKafka) java(ctx context.Context, main string, args ...string) *exec.Cmd {
+	jars, err := ApacheKafkaJars()
+	if err != nil {
+		// Surfaced by the command: java without a classpath fails to
+		// find main, and the error says why.
+		jars = "missing:" + err.Error()
+	}
+	heap := k.cfg.HeapMB
+	if heap == 0 {
+		heap = 512
+	}
+	jvm := []string{
+		"-Xmx" + strconv.Itoa(heap) + "m", "-Xms" + strconv.Itoa(min(heap, 128)) + "m",
+		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+		"-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
+		"-Dlog4j2.configurationFile=" + filepath.Join(k.dir, "log4j2.properties"),
+		"-cp", jars, main,
+	}
+	cmd := exec.CommandContext(ctx, javaBin(), append(jvm, args...)...)
+	cmd.SysProcAttr = childAttr()
+	return cmd
+}
+
+// Start starts the broker process (again, after Stop or Kill: same ports,
+// same data) and waits until it answers a metadata request.
+func (k *ApacheKafka) Start() error {
+	k.mu.Lock()
+	if k.cmd != nil && !k.exited() {
+		k.mu.Unlock()
+		return errors.New("apache kafka: already running")
+	}
+	log, err := os.OpenFile(k.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		k.mu.Unlock()
+		return err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "=== %s: start kafka.Kafka on %s\n", time.Now().Format(time.RFC3339Nano), k.Addr)
+	cmd := k.java(context.Background(), "kafka.Kafka", filepath.Join(k.dir, "server.properties"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		k.mu.Unlock()
+		return fmt.Errorf("exec java: %w", err)
+	}
+	done := make(chan struct{})
+	k.cmd, k.done = cmd, done
+	k.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		k.mu.Lock()
+		k.err = err
+		k.mu.Unlock()
+		close(done)
+	}()
+	return k.waitReady(2 * time.Minute)
+}
+
+// waitReady polls the broker until a metadata request lists it, or the
+// process exits, or timeout passes.
+func (k *ApacheKafka) waitReady(timeout time.Duration) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.RetryTimeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if !k.Running() {
+			return fmt.Errorf("kafka.Kafka exited before it answered: %v\n%s", k.Wait(), tail(k.logPath, 8<<10))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m, err := adm.BrokerMetadata(ctx)
+		cancel()
+		if err == nil && len(m.Brokers) > 0 {
+			return nil
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kafka.Kafka on %s did not answer within %v: %v", k.Addr, timeout, last)
+}
+
+// CreateTopics creates topics (an existing one is left as it is) and waits
+// until every partition of each has a leader.
+func (k *ApacheKafka) CreateTopics(ctx context.Context, topics ...TopicSpec) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for _, tp := range topics {
+		cfg := map[string]*string{}
+		for key, v := range tp.Configs {
+			cfg[key] = kadm.StringPtr(v)
+		}
+		res, err := adm.CreateTopic(ctx, tp.Partitions, 1, cfg, tp.Name)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+			return fmt.Errorf("create topic %s: %w", tp.Name, err)
+		}
+	}
+	names := make([]string, len(topics))
+	for i, tp := range topics {
+		names[i] = tp.Name
+	}
+	for {
+		m, err := adm.Metadata(ctx, names...)
+		if err == nil && topicsLed(m, topics) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %v without leaders: %w (metadata: %v)", names, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func topicsLed(m kadm.Metadata, topics []TopicSpec) bool {
+	for _, tp := range topics {
+		d, ok := m.Topics[tp.Name]
+		if !ok || d.Err != nil || int32(len(d.Partitions)) != tp.Partitions {
+			return false
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// PID is the broker's process id, 0 when it is not running.
+func (k *ApacheKafka) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd == nil || k.exited() {
+		return 0
+	}
+	return k.cmd.Process.Pid
+}
+
+// Running reports whether the broker process is running.
+func (k *ApacheKafka) Running() bool { return k.PID() != 0 }
+
+// Stop sends SIGTERM (a controlled shutdown) and waits for the exit,
+// killing the broker after 30 seconds; it returns the exit error. The JVM's
+// exit status after its shutdown hooks ran on SIGTERM, 143, is a clean
+// stop.
+func (k *ApacheKafka) Stop() error {
+	k.signal(syscall.SIGTERM)
+	t := time.AfterFunc(30*time.Second, k.Kill)
+	defer t.Stop()
+	err := k.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 128+int(syscall.SIGTERM) {
+		return nil
+	}
+	return err
+}
+
+// Kill sends SIGKILL to the broker (and anything it started) and waits
+// for the exit. It is safe to call more than once.
+func (k *ApacheKafka) Kill() {
+	k.signal(syscall.SIGKILL)
+	_ = k.Wait()
+}
+
+func (k *ApacheKafka) signal(sig syscall.Signal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd != nil && !k.exited() {
+		signalGroup(k.cmd.Process.Pid, sig)
+	}
+}
+
+// Wait waits for the broker process to exit and returns its exit error.
+func (k *ApacheKafka) Wait() error {
+	k.mu.Lock()
+	done := k.done
+	k.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	<-done
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// exited reports whether the current process has been waited for; k.mu held.
+func (k *ApacheKafka) exited() bool {
+	select {
+	case <-k.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// LogPath is the file the broker's stdout and stderr go to.
+func (k *ApacheKafka) LogPath() string { return k.logPath }
+
+// Client returns a franz-go client for this broker with opts appended,
+// closed when the test ends.
+func (k *ApacheKafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Addr)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// tail returns the last n bytes of the file at path.
+func tail(path string, n int64) string {
+	b, _ := os.ReadFile(path)
+	if int64(len(b)) > n {
+		b = append([]byte("...\n"), b[int64(len(b))-n:]...)
+	}
+	return string(b)
+}
