@@ -156,7 +156,7 @@ func (k *ApacheKafka) configure() error {
 		"group.initial.rebalance.delay.ms":         "0",
 		// One offsets partition instead of 50: the group coordinator is up
 		// in well under a second, which every test's first join waits for.
-		"offsets.topic.num.partitions": "1",
+		"offsets.topic.num.partitions":                     "1",
 		"share.coordinator.state.topic.replication.factor": "1",
 		"share.coordinator.state.topic.min.isr":            "1",
 	}
