@@ -39,7 +39,9 @@ func startBroker(t testing.TB, partitions int) *broker {
 	if brokerKind(t) == "kfake" {
 		return startKfakeBroker(t, partitions)
 	}
-	k := testenv.StartApacheKafka(t, testenv.ApacheKafkaConfig{ApplyPartitions: int32(partitions)})
+	// A benchmark's broker runs as in production (G1, C2).
+	_, bench := t.(*testing.B)
+	k := testenv.StartApacheKafka(t, testenv.ApacheKafkaConfig{ApplyPartitions: int32(partitions), Production: bench})
 	return &broker{Addr: k.Addr, Kind: "apache", apache: k}
 }
 

@@ -103,32 +103,43 @@ func StartApacheKafka(t testing.TB, cfg ApacheKafkaConfig) *ApacheKafka {
 	if cfg.HeapMB == 0 {
 		cfg.HeapMB = 512
 	}
-	k := &ApacheKafka{cfg: cfg, dir: t.TempDir()}
-	k.logPath = filepath.Join(k.dir, "kafka.log")
+	k := takeSpare(cfg)
+	if k == nil {
+		var err error
+		if k, err = launch(cfg, t.TempDir()); err != nil {
+			t.Fatalf("start Apache Kafka: %v", err)
+		}
+	} else {
+		t.Cleanup(func() { _ = os.RemoveAll(k.dir) })
+	}
 	t.Cleanup(func() {
 		k.Kill()
 		if t.Failed() {
 			t.Logf("--- log of the Apache Kafka broker (%s):\n%s", k.logPath, tail(k.logPath, 32<<10))
 		}
 	})
-	var lastErr error
-	for range 3 { // a port taken between FreePort and the JVM's bind: new ports
-		if lastErr = k.configure(); lastErr == nil {
-			if lastErr = k.Start(); lastErr == nil {
-				break
-			}
-		}
-		k.Kill()
-	}
-	if lastErr != nil {
-		t.Fatalf("start Apache Kafka: %v", lastErr)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := k.CreateTopics(ctx, cfg.Topics...); err != nil {
 		t.Fatalf("Apache Kafka: %v", err)
 	}
 	return k
+}
+
+// launch starts a broker of cfg with its files in dir, retrying with new
+// ports when one was taken between FreePort and the JVM's bind.
+func launch(cfg ApacheKafkaConfig, dir string) (*ApacheKafka, error) {
+	k := &ApacheKafka{cfg: cfg, dir: dir, logPath: filepath.Join(dir, "kafka.log")}
+	var err error
+	for range 3 {
+		if err = k.configure(); err == nil {
+			if err = k.Start(); err == nil {
+				return k, nil
+			}
+		}
+		k.Kill()
+	}
+	return nil, err
 }
 
 // configure picks ports and writes server.properties and the log4j2
@@ -186,14 +197,68 @@ func (k *ApacheKafka) configure() error {
 	if _, err := os.Stat(filepath.Join(k.dir, "data", "meta.properties")); err == nil {
 		return nil
 	}
+	tmpl, err := formatted()
+	if err != nil {
+		return err
+	}
+	return os.CopyFS(filepath.Join(k.dir, "data"), os.DirFS(tmpl))
+}
+
+var template struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// formatted returns a KRaft log dir formatted by kafka.tools.StorageTool
+// for node 1 of clusterID: each broker starts from a copy, which saves a
+// JVM run per broker (the listeners are not part of what the format
+// writes). It is made once per Kafka version, next to the jars.
+func formatted() (string, error) {
+	template.once.Do(func() {
+		template.dir, template.err = format()
+	})
+	return template.dir, template.err
+}
+
+func format() (string, error) {
+	v, err := ApacheKafkaVersion()
+	if err != nil {
+		return "", err
+	}
+	final := filepath.Join(filepath.Dir(kafkaPOM()), "target", "kraft-format-"+v)
+	if _, err := os.Stat(filepath.Join(final, "meta.properties")); err == nil {
+		return final, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(final), ".kraft-format-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	k := &ApacheKafka{cfg: ApacheKafkaConfig{HeapMB: 256}, dir: dir}
+	props := "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9093\n" +
+		"controller.listener.names=CONTROLLER\nlisteners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n" +
+		"log.dirs=" + filepath.Join(dir, "data") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(props), 0o644); err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := k.java(ctx, "kafka.tools.StorageTool", "format", "-t", clusterID,
-		"-c", filepath.Join(k.dir, "server.properties"), "--ignore-formatted").CombinedOutput()
+		"-c", filepath.Join(dir, "server.properties")).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("format the KRaft log dir: %w\n%s", err, out)
+		return "", fmt.Errorf("format the KRaft log dir: %w\n%s", err, out)
 	}
-	return nil
+	// Another test binary may have won the race: its copy is as good.
+	if err := os.Rename(filepath.Join(dir, "data"), final); err != nil {
+		if _, serr := os.Stat(filepath.Join(final, "meta.properties")); serr != nil {
+			return "", fmt.Errorf("keep the formatted KRaft log dir: %w", err)
+		}
+	}
+	return final, nil
 }
 
 // log4j2Config logs warnings and the broker's start and stop to the
