@@ -11,7 +11,7 @@ import (
 
 // TestComposeConsumerLimits: the consumer replicas run with a memory limit
 // of their --max-memory plus 32 MiB (the sizing rule of
-// docs/OPERATIONS.md, "Memory"), both set, and their health check asks
+// docs/SIZING.md, "Sizing per MB/s of input"), both set, and their health check asks
 // /readyz, which fails while Kafka, Redis or GCS is unreachable, not
 // /healthz, which only says the process runs.
 func TestComposeConsumerLimits(t *testing.T) {

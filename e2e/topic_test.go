@@ -157,7 +157,8 @@ func deleteRecords(t *testing.T, brokers string, p int32) int64 {
 // partitions, the records read before the second deletion and those
 // written after it are backed up exactly once, the offsets reach the ends,
 // and the deleted records are gone from the backup (retention took them
-// before anyone read them: docs/OPERATIONS.md, "Kafka retention").
+// before anyone read them: docs/TESTING.md, "What behaves differently on
+// Apache Kafka").
 func TestEmptiedPartition(t *testing.T) {
 	const (
 		partitions = 4

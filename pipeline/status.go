@@ -60,6 +60,12 @@ type Status struct {
 	InflightBytes  int64             `json:"inflight_bytes"`
 	InflightCycles int               `json:"inflight_cycles"`
 	LastCycle      CycleStatus       `json:"last_cycle"`
+	// TSAheadSeconds is how far the newest ts accepted in the last cycle
+	// lay ahead of this consumer's clock (ts_ahead_seconds): a producer
+	// clock running ahead, by at most --max-clock-skew.
+	TSAheadSeconds float64 `json:"ts_ahead_seconds"`
+	// MaxClockSkewSeconds is --max-clock-skew.
+	MaxClockSkewSeconds float64 `json:"max_clock_skew_seconds"`
 }
 
 // Status reports what the consumer holds now. It is safe to call from any
@@ -67,7 +73,8 @@ type Status struct {
 func (c *Consumer) Status() Status {
 	c.mu.Lock()
 	s := c.cur
-	st := Status{LastCycle: c.lastCyc}
+	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
+		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
 	fatal := make(map[uint32]bool, len(c.fatal))
 	for id := range c.fatal {
 		fatal[id] = true
