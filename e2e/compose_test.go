@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
@@ -368,35 +367,12 @@ func checkComposeTopics(t *testing.T, brokers string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var apply int32
-	if d, ok := td[testenv.ApplyTopic]; ok {
-		apply = int32(len(d.Partitions))
+	apply := int32(len(td[testenv.ApplyTopic].Partitions))
+	if apply == 0 {
+		t.Fatalf("kafka-init created no %s", testenv.ApplyTopic)
 	}
-	for _, want := range testenv.ComposeTopics(apply) {
-		d, ok := td[want.Name]
-		if !ok || int32(len(d.Partitions)) != want.Partitions || want.Partitions == 0 {
-			t.Errorf("kafka-init: topic %s exists %v with %d partitions, want %d", want.Name, ok, len(d.Partitions), want.Partitions)
-			continue
-		}
-		rc, err := adm.DescribeTopicConfigs(ctx, want.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := rc.On(want.Name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for key, v := range want.Configs {
-			got := ""
-			for _, e := range c.Configs {
-				if e.Key == key && e.Source == kmsg.ConfigSourceDynamicTopicConfig {
-					got = e.MaybeValue()
-				}
-			}
-			if got != v {
-				t.Errorf("kafka-init: topic %s %s=%q, testenv.ComposeTopics says %q", want.Name, key, got, v)
-			}
-		}
+	if err := testenv.VerifyTopics(ctx, brokers, testenv.ComposeTopics(apply)); err != nil {
+		t.Errorf("kafka-init against testenv.ComposeTopics: %v", err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ApacheKafka is an Apache Kafka broker process owned by one test: one
@@ -507,4 +508,47 @@ func tail(path string, n int64) string {
 		b = append([]byte("...\n"), b[int64(len(b))-n:]...)
 	}
 	return string(b)
+}
+
+// VerifyTopics checks that each of topics exists on the broker at brokers
+// with its partition count and, set on the topic itself, its configs.
+func VerifyTopics(ctx context.Context, brokers string, topics []TopicSpec) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	var errs []error
+	for _, want := range topics {
+		d, ok := td[want.Name]
+		if !ok || int32(len(d.Partitions)) != want.Partitions {
+			errs = append(errs, fmt.Errorf("topic %s: exists %v with %d partitions, want %d", want.Name, ok, len(d.Partitions), want.Partitions))
+			continue
+		}
+		rc, err := adm.DescribeTopicConfigs(ctx, want.Name)
+		if err != nil {
+			return fmt.Errorf("describe %s: %w", want.Name, err)
+		}
+		c, err := rc.On(want.Name, nil)
+		if err != nil {
+			return fmt.Errorf("describe %s: %w", want.Name, err)
+		}
+		for key, v := range want.Configs {
+			got := ""
+			for _, e := range c.Configs {
+				if e.Key == key && e.Source == kmsg.ConfigSourceDynamicTopicConfig {
+					got = e.MaybeValue()
+				}
+			}
+			if got != v {
+				errs = append(errs, fmt.Errorf("topic %s: %s=%q set on the topic, want %q", want.Name, key, got, v))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

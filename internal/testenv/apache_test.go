@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/internal/testenv"
@@ -28,35 +27,8 @@ func TestApacheKafka(t *testing.T) {
 	if k.PID() == 0 {
 		t.Fatal("broker not running after StartApacheKafka")
 	}
-	adm := kadm.NewClient(k.Client(t))
-	td, err := adm.ListTopics(ctx)
-	if err != nil {
+	if err := testenv.VerifyTopics(ctx, k.Addr, testenv.ComposeTopics(3)); err != nil {
 		t.Fatal(err)
-	}
-	for _, tp := range testenv.ComposeTopics(3) {
-		d, ok := td[tp.Name]
-		if !ok || len(d.Partitions) != int(tp.Partitions) {
-			t.Fatalf("topic %s: present %v with %d partitions, want %d", tp.Name, ok, len(d.Partitions), tp.Partitions)
-		}
-		rc, err := adm.DescribeTopicConfigs(ctx, tp.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := rc.On(tp.Name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for key, want := range tp.Configs {
-			got := ""
-			for _, e := range c.Configs {
-				if e.Key == key {
-					got = e.MaybeValue()
-				}
-			}
-			if got != want {
-				t.Errorf("topic %s: %s=%q, want %q", tp.Name, key, got, want)
-			}
-		}
 	}
 
 	roundTrip := func(t *testing.T, want int) {
