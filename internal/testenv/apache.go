@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ApacheKafka is an Apache Kafka broker process owned by one test: one
@@ -143,166 +138,6 @@ func launch(cfg ApacheKafkaConfig, dir string) (*ApacheKafka, error) {
 	return nil, err
 }
 
-// configure picks ports and writes server.properties and the log4j2
-// config; it formats the log dir the first time.
-func (k *ApacheKafka) configure() error {
-	ports := [2]int{}
-	for i := range ports {
-		p, err := FreePort()
-		if err != nil {
-			return fmt.Errorf("free port: %w", err)
-		}
-		ports[i] = p
-	}
-	k.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	k.controller = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-	props := map[string]string{
-		"process.roles":                            "broker,controller",
-		"node.id":                                  "1",
-		"controller.quorum.voters":                 "1@" + k.controller,
-		"listeners":                                "PLAINTEXT://" + k.Addr + ",CONTROLLER://" + k.controller,
-		"advertised.listeners":                     "PLAINTEXT://" + k.Addr,
-		"listener.security.protocol.map":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-		"controller.listener.names":                "CONTROLLER",
-		"inter.broker.listener.name":               "PLAINTEXT",
-		"log.dirs":                                 filepath.Join(k.dir, "data"),
-		"auto.create.topics.enable":                "false",
-		"offsets.topic.replication.factor":         "1",
-		"transaction.state.log.replication.factor": "1",
-		"transaction.state.log.min.isr":            "1",
-		"group.initial.rebalance.delay.ms":         "0",
-		// One offsets partition instead of 50: the group coordinator is up
-		// in well under a second, which every test's first join waits for.
-		"offsets.topic.num.partitions":                     "1",
-		"share.coordinator.state.topic.replication.factor": "1",
-		"share.coordinator.state.topic.min.isr":            "1",
-	}
-	for key, v := range k.cfg.Props {
-		props[key] = v
-	}
-	keys := make([]string, 0, len(props))
-	for key := range props {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, key := range keys {
-		fmt.Fprintf(&b, "%s=%s\n", key, props[key])
-	}
-	if err := os.WriteFile(filepath.Join(k.dir, "server.properties"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(k.dir, "log4j2.properties"), []byte(log4j2Config), 0o644); err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(k.dir, "data", "meta.properties")); err == nil {
-		return nil
-	}
-	tmpl, err := formatted()
-	if err != nil {
-		return err
-	}
-	return os.CopyFS(filepath.Join(k.dir, "data"), os.DirFS(tmpl))
-}
-
-var template struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// formatted returns a KRaft log dir formatted by kafka.tools.StorageTool
-// for node 1 of clusterID: each broker starts from a copy, which saves a
-// JVM run per broker (the listeners are not part of what the format
-// writes). It is made once per Kafka version, next to the jars.
-func formatted() (string, error) {
-	template.once.Do(func() {
-		template.dir, template.err = format()
-	})
-	return template.dir, template.err
-}
-
-func format() (string, error) {
-	v, err := ApacheKafkaVersion()
-	if err != nil {
-		return "", err
-	}
-	final := filepath.Join(filepath.Dir(kafkaPOM()), "target", "kraft-format-"+v)
-	if _, err := os.Stat(filepath.Join(final, "meta.properties")); err == nil {
-		return final, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp(filepath.Dir(final), ".kraft-format-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	k := &ApacheKafka{cfg: ApacheKafkaConfig{HeapMB: 256}, dir: dir}
-	props := "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9093\n" +
-		"controller.listener.names=CONTROLLER\nlisteners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n" +
-		"log.dirs=" + filepath.Join(dir, "data") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "server.properties"), []byte(props), 0o644); err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := k.java(ctx, "kafka.tools.StorageTool", "format", "-t", clusterID,
-		"-c", filepath.Join(dir, "server.properties")).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("format the KRaft log dir: %w\n%s", err, out)
-	}
-	// Another test binary may have won the race: its copy is as good.
-	if err := os.Rename(filepath.Join(dir, "data"), final); err != nil {
-		if _, serr := os.Stat(filepath.Join(final, "meta.properties")); serr != nil {
-			return "", fmt.Errorf("keep the formatted KRaft log dir: %w", err)
-		}
-	}
-	return final, nil
-}
-
-// log4j2Config logs warnings and the broker's start and stop to the
-// broker's log file (stdout), not the per-topic state-change chatter.
-const log4j2Config = `status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.out.ref = out
-logger.server.name = kafka.server.KafkaRaftServer
-logger.server.level = info
-`
-
-// java returns a command that runs main with the broker's classpath and a
-// small heap.
-func (k *ApacheKafka) java(ctx context.Context, main string, args ...string) *exec.Cmd {
-	jars, err := ApacheKafkaJars()
-	if err != nil {
-		// Surfaced by the command: java without a classpath fails to
-		// find main, and the error says why.
-		jars = "missing:" + err.Error()
-	}
-	heap := k.cfg.HeapMB
-	if heap == 0 {
-		heap = 512
-	}
-	jvm := []string{"-Xmx" + strconv.Itoa(heap) + "m", "-Xms" + strconv.Itoa(min(heap, 128)) + "m"}
-	if k.cfg.Production {
-		jvm = append(jvm, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-			"-XX:+ExplicitGCInvokesConcurrent")
-	} else {
-		jvm = append(jvm, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
-	}
-	jvm = append(jvm, "-Djava.awt.headless=true",
-		"-Dlog4j2.configurationFile="+filepath.Join(k.dir, "log4j2.properties"),
-		"-cp", jars, main)
-	cmd := exec.CommandContext(ctx, javaBin(), append(jvm, args...)...)
-	cmd.SysProcAttr = childAttr()
-	return cmd
-}
-
 // Start starts the broker process (again, after Stop or Kill: same ports,
 // same data) and waits until it answers a metadata request.
 func (k *ApacheKafka) Start() error {
@@ -318,7 +153,11 @@ func (k *ApacheKafka) Start() error {
 	}
 	defer log.Close()
 	fmt.Fprintf(log, "=== %s: start kafka.Kafka on %s\n", time.Now().Format(time.RFC3339Nano), k.Addr)
-	cmd := k.java(context.Background(), "kafka.Kafka", filepath.Join(k.dir, "server.properties"))
+	cmd, err := k.java(context.Background(), "kafka.Kafka", filepath.Join(k.dir, "server.properties"))
+	if err != nil {
+		k.mu.Unlock()
+		return err
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		k.mu.Unlock()
@@ -362,60 +201,6 @@ func (k *ApacheKafka) waitReady(timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("kafka.Kafka on %s did not answer within %v: %v", k.Addr, timeout, last)
-}
-
-// CreateTopics creates topics (an existing one is left as it is) and waits
-// until every partition of each has a leader.
-func (k *ApacheKafka) CreateTopics(ctx context.Context, topics ...TopicSpec) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	for _, tp := range topics {
-		cfg := map[string]*string{}
-		for key, v := range tp.Configs {
-			cfg[key] = kadm.StringPtr(v)
-		}
-		res, err := adm.CreateTopic(ctx, tp.Partitions, 1, cfg, tp.Name)
-		if err == nil {
-			err = res.Err
-		}
-		if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
-			return fmt.Errorf("create topic %s: %w", tp.Name, err)
-		}
-	}
-	names := make([]string, len(topics))
-	for i, tp := range topics {
-		names[i] = tp.Name
-	}
-	for {
-		m, err := adm.Metadata(ctx, names...)
-		if err == nil && topicsLed(m, topics) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topics %v without leaders: %w (metadata: %v)", names, ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func topicsLed(m kadm.Metadata, topics []TopicSpec) bool {
-	for _, tp := range topics {
-		d, ok := m.Topics[tp.Name]
-		if !ok || d.Err != nil || int32(len(d.Partitions)) != tp.Partitions {
-			return false
-		}
-		for _, p := range d.Partitions {
-			if p.Err != nil || p.Leader < 0 {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // PID is the broker's process id, 0 when it is not running.
@@ -508,47 +293,4 @@ func tail(path string, n int64) string {
 		b = append([]byte("...\n"), b[int64(len(b))-n:]...)
 	}
 	return string(b)
-}
-
-// VerifyTopics checks that each of topics exists on the broker at brokers
-// with its partition count and, set on the topic itself, its configs.
-func VerifyTopics(ctx context.Context, brokers string, topics []TopicSpec) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	td, err := adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var errs []error
-	for _, want := range topics {
-		d, ok := td[want.Name]
-		if !ok || int32(len(d.Partitions)) != want.Partitions {
-			errs = append(errs, fmt.Errorf("topic %s: exists %v with %d partitions, want %d", want.Name, ok, len(d.Partitions), want.Partitions))
-			continue
-		}
-		rc, err := adm.DescribeTopicConfigs(ctx, want.Name)
-		if err != nil {
-			return fmt.Errorf("describe %s: %w", want.Name, err)
-		}
-		c, err := rc.On(want.Name, nil)
-		if err != nil {
-			return fmt.Errorf("describe %s: %w", want.Name, err)
-		}
-		for key, v := range want.Configs {
-			got := ""
-			for _, e := range c.Configs {
-				if e.Key == key && e.Source == kmsg.ConfigSourceDynamicTopicConfig {
-					got = e.MaybeValue()
-				}
-			}
-			if got != v {
-				errs = append(errs, fmt.Errorf("topic %s: %s=%q set on the topic, want %q", want.Name, key, got, v))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
