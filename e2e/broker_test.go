@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/flowlog/flowlog/internal/testenv"
@@ -58,6 +59,15 @@ func startKfakeBroker(t testing.TB, partitions int, extra ...string) *broker {
 	return &broker{Addr: p.Addr, Kind: "kfake", kfake: p}
 }
 
+// Kill kills the broker with SIGKILL and waits for its exit.
+func (b *broker) Kill() {
+	if b.apache != nil {
+		b.apache.Kill()
+		return
+	}
+	b.kfake.Kill()
+}
+
 // Stop stops the broker with SIGTERM and returns its exit error.
 func (b *broker) Stop() error {
 	if b.apache != nil {
@@ -80,6 +90,15 @@ func (b *broker) Restart(t testing.TB) {
 	}
 	b.kfake.Restart()
 	b.Addr = b.kfake.Addr
+}
+
+// Signal sends sig to the broker process.
+func (b *broker) Signal(sig syscall.Signal) {
+	if b.apache != nil {
+		b.apache.Signal(sig)
+		return
+	}
+	b.kfake.Signal(sig)
 }
 
 // Log is what the broker printed.

@@ -232,12 +232,18 @@ func (k *ApacheKafka) Stop() error {
 	return err
 }
 
-// Kill sends SIGKILL to the broker (and anything it started) and waits
-// for the exit. It is safe to call more than once.
+// Kill sends SIGKILL to the broker (and anything it started; a frozen one
+// too) and waits for the exit. It is safe to call more than once.
 func (k *ApacheKafka) Kill() {
 	k.signal(syscall.SIGKILL)
+	k.signal(syscall.SIGCONT)
 	_ = k.Wait()
 }
+
+// Signal sends sig to the broker's process group, if it is running:
+// SIGSTOP freezes the broker (it stops answering, connections stay open)
+// until SIGCONT.
+func (k *ApacheKafka) Signal(sig syscall.Signal) { k.signal(sig) }
 
 func (k *ApacheKafka) signal(sig syscall.Signal) {
 	k.mu.Lock()
