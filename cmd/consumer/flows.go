@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 )
@@ -85,7 +86,7 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 			return nil, err
 		}
 		row.Metas = len(refs)
-		if row.Windows, err = flowWindows(ctx, st, id); err != nil {
+		if row.Windows, err = backup.Windows(ctx, st, id); err != nil {
 			return nil, err
 		}
 		if err := retentionState(ctx, st, &row); err != nil {

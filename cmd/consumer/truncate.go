@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -108,7 +109,7 @@ func (p *truncatePlan) objects(ctx context.Context, b sink.Bucket, flow string) 
 // the Redis MULTI, then the deletes.
 func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
-	ref, err := resolveFlow(ctx, st, cfg.conn.GCS.Prefix, cfg.Flow, cfg.FlowID)
+	ref, err := cfg.conn.resolveFlow(ctx, st, cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	if err := snapshotCovers(ctx, st, b, ref, snap); err != nil {
 		return err
 	}
-	flow := ref.sinkFlow(cfg.conn.GCS.Prefix)
+	flow := ref.Sink(cfg.conn.GCS.Prefix)
 	cache := &metaCache{m: map[string]sink.LoggedMeta{}}
 	var plan truncatePlan
 	planFn := func(ctx context.Context, metas []meta.MetaRef, snaps []meta.SnapshotRef) (meta.TruncateDrop, error) {
@@ -249,7 +250,7 @@ func removedBy(done meta.TruncateDrop, plan truncatePlan) func(sink.GCObject) bo
 }
 
 // chooseSnapshot returns the newest listed snapshot at or below --until.
-func chooseSnapshot(ctx context.Context, st *meta.Store, ref flowRef, until tsFlag) (meta.SnapshotRef, error) {
+func chooseSnapshot(ctx context.Context, st *meta.Store, ref backup.Flow, until tsFlag) (meta.SnapshotRef, error) {
 	snaps, err := st.Snapshots(ctx, ref.ID)
 	if err != nil {
 		return meta.SnapshotRef{}, err
@@ -269,7 +270,7 @@ func chooseSnapshot(ctx context.Context, st *meta.Store, ref flowRef, until tsFl
 // snapshotCovers checks that snap holds every table whose coverage window
 // holds its ts, cut from that window: only then is a restore at or above
 // the ts whole without the log before it.
-func snapshotCovers(ctx context.Context, st *meta.Store, b sink.Bucket, ref flowRef, snap meta.SnapshotRef) error {
+func snapshotCovers(ctx context.Context, st *meta.Store, b sink.Bucket, ref backup.Flow, snap meta.SnapshotRef) error {
 	sm, err := sink.LoadSnapshotMeta(ctx, b, snap.Path)
 	if err != nil {
 		return fmt.Errorf("snapshot at %d: %w", snap.TS, err)
@@ -277,7 +278,7 @@ func snapshotCovers(ctx context.Context, st *meta.Store, b sink.Bucket, ref flow
 	if sm.TS != snap.TS || sm.FlowID != uint32(ref.ID) {
 		return fmt.Errorf("snapshot %s is of flow id %d at %d, not flow id %d at %d", snap.Path, sm.FlowID, sm.TS, ref.ID, snap.TS)
 	}
-	windows, err := flowWindows(ctx, st, ref.ID)
+	windows, err := backup.Windows(ctx, st, ref.ID)
 	if err != nil {
 		return err
 	}
