@@ -2,7 +2,10 @@ package backup
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/flowlog/flowlog/meta"
 )
 
 // The errors below are the read side's refusals. Each carries what it
@@ -126,4 +129,46 @@ func (e *NoDataError) Error() string {
 		return fmt.Sprintf("flow %s has no backed-up write record", e.Flow)
 	}
 	return fmt.Sprintf("ts %d is before the first backed-up write record of flow %s at %d", e.TS, e.Flow, e.First)
+}
+
+// NoSnapshotError: a truncate of the flow found no listed snapshot at or
+// below Until; Oldest is the oldest listed one, 0 if there is none.
+type NoSnapshotError struct {
+	Flow   Flow
+	Until  uint64
+	Oldest uint64
+}
+
+func (e *NoSnapshotError) Error() string {
+	return fmt.Sprintf("flow %s (id %d) has no listed snapshot at or below %d", e.Flow, e.Flow.ID, e.Until)
+}
+
+// TruncatedPastError: the flow's log is truncated before TruncatedBefore
+// already, past the snapshot a truncate chose: the truncation point never
+// moves back.
+type TruncatedPastError struct {
+	Flow            Flow
+	TruncatedBefore uint64
+	Snapshot        uint64
+}
+
+func (e *TruncatedPastError) Error() string {
+	return fmt.Sprintf("flow %s (id %d) is already truncated before %d, past the snapshot at %d", e.Flow, e.Flow.ID, e.TruncatedBefore, e.Snapshot)
+}
+
+// IncompleteSnapshotError: the snapshot at Snapshot does not hold the
+// tables of Missing, whose coverage windows hold its ts: a truncate there
+// would lose them.
+type IncompleteSnapshotError struct {
+	Snapshot uint64
+	Missing  []meta.Window
+}
+
+func (e *IncompleteSnapshotError) Error() string {
+	missing := make([]string, len(e.Missing))
+	for i, w := range e.Missing {
+		missing[i] = fmt.Sprintf("%d (window since %d)", w.TableID, w.Since)
+	}
+	return fmt.Sprintf("snapshot at %d does not hold table(s) %s whose coverage window holds its ts: truncating would lose them; take a new snapshot",
+		e.Snapshot, strings.Join(missing, ", "))
 }
