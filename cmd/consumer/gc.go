@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -61,15 +62,6 @@ func runGC(ctx context.Context, args []string) error {
 	return err
 }
 
-// gcRefs reads every listed meta and snapshot of every flow id that has any,
-// live or dropped (meta.Store.Listed).
-func gcRefs(st *meta.Store) func(ctx context.Context) (sink.GCRefs, error) {
-	return func(ctx context.Context) (sink.GCRefs, error) {
-		l, err := st.Listed(ctx)
-		return sink.GCRefs{Metas: l.Metas, Snapshots: l.Snapshots, KnownIDs: l.KnownIDs}, err
-	}
-}
-
 // collect runs a parsed `consumer gc`.
 func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
@@ -77,7 +69,7 @@ func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) 
 		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/OPERATIONS.md)\n",
 			cfg.Grace, minSafeGrace)
 	}
-	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: gcRefs(st)})
+	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: backup.GCRefs(st)})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -172,7 +173,7 @@ func TestGCSnapshots(t *testing.T) {
 			t.Errorf("gc deleted %s of a listed snapshot", n)
 		}
 	}
-	plan, err := sink.PlanGC(ctx, e.bucket, sink.GCOptions{Prefix: e.prefix, Refs: gcRefs(e.store)})
+	plan, err := sink.PlanGC(ctx, e.bucket, sink.GCOptions{Prefix: e.prefix, Refs: backup.GCRefs(e.store)})
 	if err != nil || len(plan.Delete)+plan.Young > 0 {
 		t.Errorf("after gc, unreferenced objects remain: %+v, %v", plan.Delete, err)
 	}

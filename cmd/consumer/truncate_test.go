@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -206,7 +207,7 @@ func TestTruncateCrash(t *testing.T) {
 		}
 		e.checkRestores(t, base)
 		st := e.store
-		plan, err := sink.PlanGC(context.Background(), e.bucket, sink.GCOptions{Prefix: e.prefix, Refs: gcRefs(st)})
+		plan, err := sink.PlanGC(context.Background(), e.bucket, sink.GCOptions{Prefix: e.prefix, Refs: backup.GCRefs(st)})
 		if err != nil || len(plan.Delete)+plan.Young > 0 {
 			t.Errorf("round %d: after gc, unreferenced objects remain: %+v, %v", round, plan.Delete, err)
 		}
