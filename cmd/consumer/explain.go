@@ -86,7 +86,7 @@ func (r reader) explain(err error) error {
 		if fe.Checkpoint {
 			what = fmt.Sprintf("the checkpoint of flow %s/%s (id %d)", fe.Flow.Catalog, fe.Flow.Name, fe.Flow.ID)
 		}
-		return fmt.Errorf("%s is %d (%s), %v ahead of this machine's clock, more than --max-clock-skew %v: refused, nothing past the clock can be backed up yet (a producer clock far ahead, or a corrupted heartbeat; see docs/OPERATIONS.md, \"Time is bounded\")",
+		return fmt.Errorf("%s is %d (%s), %v ahead of this machine's clock, more than --max-clock-skew %v: refused, nothing past the clock can be backed up yet (a producer clock far ahead, or a corrupted heartbeat; see docs/OPERATING.md, \"Time is bounded\")",
 			what, fe.TS, tsTime(fe.TS), fe.Ahead.Round(time.Second), fe.Skew)
 	case errors.As(err, &nc):
 		return fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", nc.Flow.Catalog, nc.Flow.Name, nc.Flow.ID)
