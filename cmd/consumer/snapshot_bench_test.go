@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlog/flowlog/backup/backuptest"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
@@ -146,7 +147,7 @@ func newSnapBench(b *testing.B) *snapBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	openWindows(b, store, lease)
+	backuptest.OpenWindows(b, store, lease)
 	base := event.ComposeTS(time.Now().Add(-24*time.Hour).UnixMilli(), 0)
 	return &snapBench{redis: rd, store: store, bucket: bkt, cycleTS: writeSnapBenchLog(b, store, bkt, lease, base),
 		conn: []string{"--redis-url", rd.URL, "--gcs-endpoint", g.Endpoint(), "--gcs-bucket", testenv.Bucket, "--group", "g1"}}
