@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +14,7 @@ import (
 // which then stays. The start log reports the limit the runtime has. A
 // refused Redis ends each run right after.
 func TestMaxMemorySetsGoMemoryLimit(t *testing.T) {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
+	refused := "redis://" + testenv.ClosedAddr(t) + "/0"
 	args := []string{"run", "--redis-url", refused, "--gcs-endpoint", "127.0.0.1:1"}
 	for _, tc := range []struct {
 		name   string
