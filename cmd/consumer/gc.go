@@ -53,17 +53,18 @@ func runGC(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	cfg.metrics.init("gc")
+	cfg.metrics.register("gc")
 	start := time.Now()
-	err = collect(ctx, &cfg, st, b)
+	err = gc(ctx, &cfg, st, b)
 	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {
 		return merr
 	}
 	return err
 }
 
-// collect runs a parsed `consumer gc`.
-func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
+// gc runs a parsed `consumer gc`: sink.PlanGC decides what nothing
+// references (backup.GCRefs), this prints it and deletes it.
+func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
 	if cfg.Grace < minSafeGrace {
 		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/RESTORE.md, \"Retention: truncate and gc\")\n",

@@ -50,7 +50,7 @@ func runSnapshot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	cfg.metrics.init("snapshot")
+	cfg.metrics.register("snapshot")
 	start := time.Now()
 	err = snapshot(ctx, &cfg, st, b)
 	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {

@@ -51,7 +51,7 @@ func runTruncate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	cfg.metrics.init("truncate")
+	cfg.metrics.register("truncate")
 	start := time.Now()
 	err = truncate(ctx, &cfg, st, b)
 	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {
