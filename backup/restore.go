@@ -3,24 +3,9 @@ package backup
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/flowlog/flowlog/sink"
 )
-
-// Request is what a restore and a snapshot share: the flow, the ts, the
-// clock rule and the events.
-type Request struct {
-	Flow Lookup
-	// TS is the ts to read as of; 0 means the flow's checkpoint. It may not
-	// exceed the checkpoint.
-	TS uint64
-	// MaxClockSkew bounds how far ahead of this machine's clock the ts and
-	// the checkpoint may lie.
-	MaxClockSkew time.Duration
-	// Notify, if set, receives the request's events as they happen.
-	Notify func(Event)
-}
 
 // RestoreRequest is one restore: what to read and where to write it.
 type RestoreRequest struct {
@@ -57,24 +42,11 @@ type RestoreResult struct {
 // errors on otherwise (sink.ErrOutDirNotEmpty, *sink.ChecksumError, ...).
 func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult, error) {
 	var res RestoreResult
-	f, err := Resolve(ctx, src.Store, src.Prefix, req.Flow)
-	res.Flow = f
+	f, ts, metas, err := locate(ctx, src, req.Request)
+	res.Flow, res.TS, res.Metas = f, ts, len(metas)
 	if err != nil {
 		return res, err
 	}
-	ts, err := chooseTS(ctx, src, f, req.TS, req.MaxClockSkew, req.Notify)
-	if err != nil {
-		return res, err
-	}
-	res.TS = ts
-	// The checkpoint first, then the metas: metas only grow, so this list
-	// holds every cycle the checkpoint covers, even if a cycle commits and
-	// the checkpoint moves in between.
-	metas, err := MetaPaths(ctx, src.Store, f.ID)
-	if err != nil {
-		return res, err
-	}
-	res.Metas = len(metas)
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
 	windows, err := restorable(ctx, src.Store, f, req.Tables, ts, req.Notify)
 	if err != nil {

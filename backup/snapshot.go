@@ -46,22 +46,11 @@ type SnapshotLister interface {
 // was written even when it fails.
 func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotRequest) (SnapshotResult, error) {
 	var res SnapshotResult
-	f, err := Resolve(ctx, src.Store, src.Prefix, req.Flow)
-	res.Flow = f
+	f, ts, metas, err := locate(ctx, src, req.Request)
+	res.Flow, res.TS, res.Metas = f, ts, len(metas)
 	if err != nil {
 		return res, err
 	}
-	ts, err := chooseTS(ctx, src, f, req.TS, req.MaxClockSkew, req.Notify)
-	if err != nil {
-		return res, err
-	}
-	res.TS = ts
-	// The checkpoint before the metas, as in Restore.
-	metas, err := MetaPaths(ctx, src.Store, f.ID)
-	if err != nil {
-		return res, err
-	}
-	res.Metas = len(metas)
 	snaps, err := SnapshotRefs(ctx, src.Store, f.ID)
 	if err != nil {
 		return res, err
