@@ -17,14 +17,6 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// tsTime renders a TSO as the UTC wall time of its physical part.
-func tsTime(ts uint64) string {
-	if ts == 0 {
-		return "-"
-	}
-	return event.PhysicalTime(ts).UTC().Format(time.RFC3339Nano)
-}
-
 // flowRow is one line of `consumer flows`.
 type flowRow struct {
 	ID             uint32   `json:"id"`
