@@ -5,7 +5,7 @@ import "github.com/flowlog/flowlog/meta"
 // Event is something a restore or snapshot reports while it works, in the
 // order it happens, through the request's Notify: the operator's view of a
 // decision, never a change to it. The events are CheckpointUnreadable,
-// AtWindowsEnd, TSChosen, LeftOut and Snapshotting.
+// AtWindowsEnd, TSChosen, LeftOut, Restoring and Snapshotting.
 type Event interface{ event() }
 
 // CheckpointUnreadable: f was dropped and its checkpoint object could not
@@ -41,6 +41,15 @@ type LeftOut struct {
 	Establishing bool
 }
 
+// Restoring: every check passed; the restore of Tables tables as of TS,
+// read from Metas metas, starts.
+type Restoring struct {
+	Flow   Flow
+	TS     uint64
+	Tables int
+	Metas  int
+}
+
 // Snapshotting: a snapshot of Tables tables as of TS, read from Metas
 // metas, starts.
 type Snapshotting struct {
@@ -54,6 +63,7 @@ func (CheckpointUnreadable) event() {}
 func (AtWindowsEnd) event()         {}
 func (TSChosen) event()             {}
 func (LeftOut) event()              {}
+func (Restoring) event()            {}
 func (Snapshotting) event()         {}
 
 // report passes e to notify, if set.

@@ -62,6 +62,7 @@ func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult
 	if err != nil {
 		return res, err
 	}
+	report(req.Notify, Restoring{Flow: f, TS: ts, Tables: len(windows), Metas: len(metas)})
 	res.Stats, err = sink.Restore(ctx, sink.RestoreOptions{
 		Bucket: src.Bucket, Flow: f.Sink(src.Prefix), MetaPaths: metas, TS: ts, Tables: req.Tables, Windows: windows,
 		OutDir: req.OutDir, Force: req.Force, TempDir: req.TempDir, MaxMemory: req.MaxMemory, Parallel: req.Parallel,

@@ -64,7 +64,7 @@ func TestRestoreTS(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, res, _, err := restore(t, e.Source(), flowF, tc.ts, tc.only)
+			out, res, events, err := restore(t, e.Source(), flowF, tc.ts, tc.only)
 			if tc.check != nil {
 				if !tc.check(err) {
 					t.Fatalf("restore = %v (%T)", err, err)
@@ -79,6 +79,9 @@ func TestRestoreTS(t *testing.T) {
 			}
 			if res.TS != tc.asOf || res.Flow != (backup.Flow{ID: 1, Catalog: "default", Name: "f"}) || res.Metas != 2 {
 				t.Errorf("result %+v, want as of %d from 2 metas", res, tc.asOf)
+			}
+			if n := len(events); n == 0 || events[n-1] != (backup.Restoring{Flow: res.Flow, TS: tc.asOf, Tables: len(tc.tables), Metas: 2}) {
+				t.Errorf("events %+v, want Restoring last", events)
 			}
 			for table, want := range tc.tables {
 				if got := backuptest.ReadTable(t, filepath.Join(out, table+".jsonl")); fmt.Sprint(got) != fmt.Sprint(want) {

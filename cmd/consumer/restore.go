@@ -100,9 +100,15 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 		return err
 	}
 	r := reader{ts: &cfg.TS, verb: "restoring", noun: "restore", tables: cfg.Tables}
-	start := time.Now()
+	var start time.Time // of the read itself, for its MiB/s
+	notify := func(e backup.Event) {
+		if _, ok := e.(backup.Restoring); ok {
+			start = time.Now()
+		}
+		r.notify(e)
+	}
 	res, err := backup.Restore(ctx, cfg.conn.source(st, b), backup.RestoreRequest{
-		Request: backup.Request{Flow: l, TS: cfg.TS.ts, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: r.notify},
+		Request: backup.Request{Flow: l, TS: cfg.TS.ts, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify},
 		Tables:  tables, LogOnly: !cfg.Snapshots,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
 	})
