@@ -48,7 +48,7 @@ func DateHour(ts uint64) (date, hour string) {
 // millisecond now+skew. A larger commit or resolved ts claims a time that
 // has not come yet, by more than any honest clock is off: a producer clock
 // far ahead, a corrupted heartbeat, or an attack. The consumer refuses such
-// records (docs/OPERATIONS.md, "Time is bounded"), so that no record can move
+// records (docs/OPERATING.md, "Time is bounded"), so that no record can move
 // the checkpoint, maxts or a coverage window into the future.
 func MaxTS(now time.Time, skew time.Duration) uint64 {
 	ms := now.Add(skew).UnixMilli()

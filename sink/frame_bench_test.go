@@ -47,7 +47,7 @@ func pipelineLikeEntries(n int) []byte {
 // meta carries (docs/FORMAT.md, "Meta objects"). On one core; compare
 // MB/s with the
 // consumer's core-seconds per GB of BenchmarkPipeline
-// (docs/OPERATIONS.md, "CPU").
+// (docs/SIZING.md, "Throughput and CPU of the flush").
 func BenchmarkTempBuffer(b *testing.B) {
 	const bufSize = 32 << 10
 	src := pipelineLikeEntries(16 << 20)

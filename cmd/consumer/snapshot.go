@@ -243,7 +243,7 @@ type FutureError struct {
 }
 
 func (e *FutureError) Error() string {
-	return fmt.Sprintf("%s is %d (%s), %v ahead of this machine's clock, more than --max-clock-skew %v: refused, nothing past the clock can be backed up yet (a producer clock far ahead, or a corrupted heartbeat; see docs/OPERATIONS.md, \"Time is bounded\")",
+	return fmt.Sprintf("%s is %d (%s), %v ahead of this machine's clock, more than --max-clock-skew %v: refused, nothing past the clock can be backed up yet (a producer clock far ahead, or a corrupted heartbeat; see docs/OPERATING.md, \"Time is bounded\")",
 		e.What, e.TS, tsTime(e.TS), e.Ahead.Round(time.Second), e.Skew)
 }
 
