@@ -183,6 +183,77 @@ func TestUndocumentedIsFound(t *testing.T) {
 	}
 }
 
+// TestCitedSectionsExist checks that every citation of a docs page by
+// section in the code, `docs/<PAGE>.md, "<Title>"` (in a comment or a string,
+// also across comment lines), names a heading that page has. Code comments
+// point readers there for the reason behind a rule: a renamed section must
+// not leave them pointing at nothing.
+func TestCitedSectionsExist(t *testing.T) {
+	headings := map[string]map[string]bool{}
+	pages, err := filepath.Glob("*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("list the docs pages: %v (found %d)", err, len(pages))
+	}
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		headings[page] = map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
+				headings[page][strings.TrimSpace(title)] = true
+			}
+		}
+	}
+	cites := 0
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".proto") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		text := commentBreakRE.ReplaceAllString(string(b), " ")
+		for _, m := range citationRE.FindAllStringSubmatch(text, -1) {
+			page := m[1] + ".md"
+			for _, q := range titleRE.FindAllStringSubmatch(m[2], -1) {
+				cites++
+				if headings[page] == nil {
+					t.Errorf("%s cites docs/%s, which does not exist", path, page)
+				} else if !headings[page][q[1]] {
+					t.Errorf("%s cites docs/%s, %q, which is not a heading there", path, page, q[1])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cites < 40 {
+		t.Fatalf("found %d section citations in the code; the scan is broken", cites)
+	}
+}
+
+var (
+	// commentBreakRE joins a comment's lines, so that a citation broken
+	// over two lines reads as one.
+	commentBreakRE = regexp.MustCompile(`\s*\n\s*//\s*`)
+	// citationRE matches docs/PAGE.md, followed by one or more quoted
+	// titles separated by ",", ";" or "and"; quotes may be escaped (a Go
+	// string).
+	citationRE = regexp.MustCompile(`docs/([A-Z_]+)\.md,\s*((?:\\?"[^"\\]+\\?"(?:\s*(?:,|;|and)\s*)?)+)`)
+	titleRE    = regexp.MustCompile(`\\?"([^"\\]+)\\?"`)
+)
+
 func readReference(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(reference)
