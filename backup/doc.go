@@ -5,6 +5,8 @@
 // backup; this package makes sure a reader gets back exactly the ones that
 // are provably there. A command line parses flags and words the typed errors
 // and events this package returns; it decides nothing about them.
+// docs/FORMAT.md ("Restore rule", "Coverage rule", "Snapshot rule",
+// "Truncate rule") states the same rules against the keys and objects.
 //
 // # Why a restore it allows is complete
 //

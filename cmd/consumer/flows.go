@@ -34,10 +34,10 @@ type flowRow struct {
 	LastFlushTS            uint64  `json:"last_flush_ts"`
 	LastFlushTime          string  `json:"last_flush_time"`
 	Metas                  int     `json:"metas"`
-	// Windows are the tables' coverage windows, oldest first (DESIGN 7).
+	// Windows are the tables' coverage windows, oldest first.
 	Windows []meta.Window `json:"windows"`
 	// SnapshotTS is the ts of the newest listed snapshot, 0 if none;
-	// TruncatedBefore the truncation point, 0 if never truncated (DESIGN 10).
+	// TruncatedBefore the truncation point, 0 if never truncated.
 	SnapshotTS      uint64 `json:"snapshot_ts"`
 	TruncatedBefore uint64 `json:"truncated_before"`
 	// LogBytesAfterSnapshot is the stored bytes of the listed chunks with

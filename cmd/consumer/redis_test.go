@@ -8,9 +8,9 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// TestRedisUnavailable is issue 11.8: a Redis that refuses or never
-// answers is one line naming its address, password redacted, with no
-// go-redis log lines before it.
+// TestRedisUnavailable: a Redis that refuses or never answers is one line
+// naming its address, password redacted, with no go-redis log lines before
+// it, so that the operator sees which Redis to fix and no secret.
 func TestRedisUnavailable(t *testing.T) {
 	refused, silent := testenv.ClosedAddr(t), testenv.SilentAddr(t)
 	gcs := []string{"--gcs-endpoint", "127.0.0.1:1"}

@@ -28,7 +28,8 @@ var (
 	benchSnapKeys = flag.Int("snapbench-keys", 20_000, "rows per table (3 tables) BenchmarkSnapshotRestore updates over and over")
 )
 
-// BenchmarkSnapshotRestore measures DESIGN 10's promise on a flow with
+// BenchmarkSnapshotRestore measures what a snapshot saves a restore (docs/FORMAT.md,
+// "Snapshot rule": the same output, faster) on a flow with
 // -snapbench-mib of log (3 tables of -snapbench-keys rows, updated over and
 // over: short values inline, 30% 1 KiB values through the default CF, 10%
 // deletes), through the real consumer process against fake-gcs-server and
