@@ -59,13 +59,13 @@ func watchApplyFetches(t *testing.T, r *rig) func() []applyFetch {
 	}
 }
 
-// Issue 10 item 2: the consumer's fetches are sized from --max-memory, not
-// from the backlog: a quarter of it over the fetches that can be held at
-// once (two in flight or buffered, one being handled), and a broker holds
-// an empty fetch at most 500 ms. At 48 MiB that is 4 MiB a fetch. The
-// limit counts compressed bytes, so it starts at 256 KiB until a batch
-// shows the topic's compression ratio; after an uncompressed batch it is
-// the whole share (fetchsize.go; TestFetchSizer covers the ratios).
+// The consumer's fetches are sized from --max-memory, not from the backlog,
+// so its memory does not grow with a lag: a quarter of it over the fetches
+// that can be held at once (two in flight or buffered, one being handled),
+// and a broker holds an empty fetch at most 500 ms. At 48 MiB that is 4 MiB a
+// fetch. The limit counts compressed bytes, so it starts at 256 KiB until a
+// batch shows the topic's compression ratio; after an uncompressed batch it
+// is the whole share (fetchsize.go; TestFetchSizer covers the ratios).
 func TestMaxMemoryBoundsFetches(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -128,8 +128,8 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) { c.MaxMemory = maxMemory })
 	r.start()
 	id := r.createFlow("mem", 1)
-	base := openFDs()
-	fds := sampleFDs(t)
+	base := testenv.OpenFDs(0)
+	fds := testenv.SampleFDs(t, 0, 2*time.Millisecond)
 
 	want := map[string]int{}
 	var recs []*kgo.Record
@@ -147,7 +147,7 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	}
 	r.waitHandled(int64(len(recs)))
 	r.flush()
-	peak := fds.halt()
+	peak := fds.Halt()
 
 	metas, got := r.entries(id)
 	checkOnce(t, got, want)
