@@ -10,10 +10,10 @@ import (
 )
 
 // TestComposeConsumerLimits: the consumer replicas run with a memory limit
-// of their --max-memory plus 32 MiB (the sizing rule of
-// docs/SIZING.md, "Sizing per MB/s of input"), both set, and their health check asks
-// /readyz, which fails while Kafka, Redis or GCS is unreachable, not
-// /healthz, which only says the process runs.
+// of their --max-memory plus 32 MiB (the sizing rule of docs/SIZING.md,
+// "Sizing per MB/s of input: the measurements"), both set, and their
+// health check asks /readyz, which fails while Kafka, Redis or GCS is
+// unreachable, not /healthz, which only says the process runs.
 func TestComposeConsumerLimits(t *testing.T) {
 	_, svcs := composeServices(t)
 	cons := asMap(svcs["consumer"])
