@@ -95,16 +95,17 @@ func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) err
 }
 
 // NewHTTPServer returns the server of h with timeouts that keep slow or idle
-// clients from holding connections: headers within 10s, a request within
+// clients from holding connections: headers within 5s, a request within
 // 30s, a response within 1m (POST /flush extends its own deadline past its
-// 5m wait), idle keep-alive connections closed after 2m.
+// 5m wait), idle keep-alive connections closed after 30s. Serve it on an
+// HTTPListener, which bounds how many connections it holds at once.
 func NewHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      time.Minute,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       30 * time.Second,
 	}
 }
 

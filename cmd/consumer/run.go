@@ -234,7 +234,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		}
 		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, ready))
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(pipeline.HTTPListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()
