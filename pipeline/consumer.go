@@ -71,6 +71,8 @@ type Consumer struct {
 	// again (/readyz reports it).
 	tempFault atomic.Pointer[error]
 
+	status statusCache // the flows' Redis part of /status
+
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status
 	lastCyc CycleStatus

@@ -54,6 +54,9 @@ type session struct {
 	batch  event.Batch
 	parsed []parsedEvent
 
+	statusMu   sync.Mutex   // guards lastStatus
+	lastStatus partSnapshot // the partitions as Status last read them
+
 	lateLogged time.Time // when late events were last logged
 	lateCount  int       // late events since then
 }
