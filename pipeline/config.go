@@ -14,14 +14,14 @@ import (
 
 // Config is the pipeline's part of `consumer run`.
 type Config struct {
-	TempDir        string
-	FlushSize      cli.Size
-	FlushInterval  time.Duration
-	MaxTempBytes   cli.Size
-	MaxValueSize   cli.Size
+	TempDir       string
+	FlushSize     cli.Size
+	FlushInterval time.Duration
+	MaxTempBytes  cli.Size
+	MaxValueSize  cli.Size
 	// MaxBatchBytes is the most a fetched record batch may decompress to;
 	// a batch past it goes to the DLQ whole (bigbatch.go).
-	MaxBatchBytes cli.Size
+	MaxBatchBytes  cli.Size
 	RegionTTL      time.Duration
 	StartOffset    string // earliest | latest
 	StoreID        string
