@@ -41,3 +41,27 @@ func DateHour(ts uint64) (date, hour string) {
 	b[7] = byte('0' + d%10)
 	return string(b[:]), hours[t.Hour()]
 }
+
+// MaxTS is the largest TSO a record may carry when the consumer's clock
+// reads now and clocks may disagree by skew: the last TSO of the
+// millisecond now+skew. A larger commit or resolved ts claims a time that
+// has not come yet, by more than any honest clock is off: a producer clock
+// far ahead, a corrupted heartbeat, or an attack. The consumer refuses such
+// records (docs/OPERATING.md, "Time is bounded"), so that no record can move
+// the checkpoint, maxts or a coverage window into the future.
+func MaxTS(now time.Time, skew time.Duration) uint64 {
+	ms := now.Add(skew).UnixMilli()
+	if ms <= 0 {
+		return 0
+	}
+	if ms >= 1<<(64-logicalBits) {
+		return ^uint64(0)
+	}
+	return ComposeTS(ms, 1<<logicalBits-1)
+}
+
+// Ahead is how far ts's physical time lies past now (saturating at the
+// largest Duration), and 0 when it does not.
+func Ahead(ts uint64, now time.Time) time.Duration {
+	return max(PhysicalTime(ts).Sub(now), 0)
+}

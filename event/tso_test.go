@@ -52,3 +52,35 @@ func TestComposeTS(t *testing.T) {
 		})
 	}
 }
+
+func TestMaxTS(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	bound := MaxTS(now, 5*time.Minute)
+	tests := []struct {
+		name string
+		ts   uint64
+		ok   bool
+	}{
+		{"now", ComposeTS(now.UnixMilli(), 0), true},
+		{"last ts of the bound's millisecond", ComposeTS(now.Add(5*time.Minute).UnixMilli(), 1<<18-1), true},
+		{"one millisecond past the skew", ComposeTS(now.Add(5*time.Minute+time.Millisecond).UnixMilli(), 0), false},
+		{"2^63", 1 << 63, false},
+		{"2^64-1", ^uint64(0), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.ts <= bound; got != tc.ok {
+				t.Errorf("%d <= MaxTS = %v, want %v", tc.ts, got, tc.ok)
+			}
+		})
+	}
+	if got := Ahead(^uint64(0), now); got < 100*365*24*time.Hour {
+		t.Errorf("Ahead(2^64-1) = %v, want the largest Duration", got)
+	}
+	if got := Ahead(ComposeTS(now.Add(-time.Hour).UnixMilli(), 0), now); got != 0 {
+		t.Errorf("Ahead(an hour ago) = %v, want 0", got)
+	}
+	if got := Ahead(ComposeTS(now.Add(90*time.Second).UnixMilli(), 5), now); got != 90*time.Second {
+		t.Errorf("Ahead(now+90s) = %v, want 1m30s", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +69,16 @@ func (s *Store) SetLastFlush(ctx context.Context, id FlowID, ts uint64) error {
 // the stored one, and reports whether it did. The checkpoint never moves
 // backwards. It is a no-op (false, nil) if the flow no longer exists.
 func (s *Store) AdvanceCheckpoint(ctx context.Context, id FlowID, ts uint64) (bool, error) {
+	return s.AdvanceCheckpointBelow(ctx, id, ts, math.MaxUint64)
+}
+
+// AdvanceCheckpointBelow is AdvanceCheckpoint for a checkpoint that may not
+// exceed ceiling (the consumer's clock plus its clock skew): a stored
+// checkpoint_ts above ceiling claims a time that has not come yet, which
+// only a version that took any resolved ts could have written, and it is
+// replaced by ts, the one backwards move a checkpoint makes.
+func (s *Store) AdvanceCheckpointBelow(ctx context.Context, id FlowID, ts, ceiling uint64) (bool, error) {
+	ts = min(ts, ceiling)
 	infoKey, key := s.keys.FlowInfo(id), s.keys.FlowState(id)
 	var advanced bool
 	err := s.txn(ctx, "advance_checkpoint", []string{infoKey, key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
@@ -88,7 +99,7 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, id FlowID, ts uint64) (bo
 			if err != nil {
 				return nil, fmt.Errorf("parse %s checkpoint_ts: %w", key, err)
 			}
-			if ts <= cur {
+			if ts <= cur && cur <= ceiling {
 				return nil, nil
 			}
 		}

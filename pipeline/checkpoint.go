@@ -84,20 +84,27 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	if !found || global == 0 {
 		return nil
 	}
+	// Every resolved ts was within the bound when it arrived, so this only
+	// caps what a version that took any ts left in ckpt:<topic>:<p>.
+	bound := event.MaxTS(time.Now(), c.cfg.MaxClockSkew)
+	global = min(global, bound)
 	// One flow's failing checkpoint object must not hold the others back.
 	var errs []error
 	for _, fl := range c.d.Registry.Flows() {
-		if err := f.advanceFlow(ctx, fl, global); err != nil {
+		if err := f.advanceFlow(ctx, fl, global, bound); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64) error {
+// advanceFlow moves flow fl's checkpoint to global in Redis and in its
+// global_checkpoint object; a stored checkpoint past bound (the clock plus
+// --max-clock-skew) is replaced, never kept or written again.
+func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global, bound uint64) error {
 	c := f.c
 	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-	advanced, err := c.d.Store.AdvanceCheckpoint(ctx, fl.ID, global)
+	advanced, err := c.d.Store.AdvanceCheckpointBelow(ctx, fl.ID, global, bound)
 	if err != nil {
 		return fmt.Errorf("advance checkpoint of %s: %w", label, err)
 	}
@@ -105,9 +112,11 @@ func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64)
 	if err != nil {
 		return fmt.Errorf("read checkpoint of %s: %w", label, err)
 	}
-	ck := max(st.CheckpointTS, global)
+	ck := max(min(st.CheckpointTS, bound), global)
+	now := time.Now()
 	c.m.checkpointTS.WithLabelValues(label).Set(float64(ck))
-	c.m.checkpointLag.WithLabelValues(label).Set(max(time.Since(event.PhysicalTime(ck)).Seconds(), 0))
+	c.m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
+	c.m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
 	if !advanced {
 		return nil
 	}
@@ -121,10 +130,10 @@ func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global uint64)
 			return err
 		}
 		st, err := c.d.Store.FlowState(ctx, fl.ID)
-		if err != nil || st.CheckpointTS <= want {
+		if err != nil || min(st.CheckpointTS, bound) <= want {
 			return err
 		}
-		want = st.CheckpointTS
+		want = min(st.CheckpointTS, bound)
 	}
 	return nil
 }

@@ -63,7 +63,18 @@ type Config struct {
 	// source of the Kafka fetch bounds, the open temp file cap, the cycle
 	// file cap and the GCS upload chunk (memoryPlan). Zero means 128 MiB.
 	MaxMemory cli.Size
+	// MaxClockSkew bounds how far ahead of the consumer's clock a record's
+	// resolved ts or event ts may lie; a record past it goes to the DLQ
+	// (reason ts_future) and counts toward nothing, and no checkpoint
+	// passes the clock plus it. The command registers the flag
+	// (--max-clock-skew, shared with the operator commands, which refuse a
+	// restore ts past it). Zero means DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
 }
+
+// DefaultMaxClockSkew is --max-clock-skew's default: far more than NTP-synced
+// clocks disagree, far less than a heartbeat that claims the year 4199.
+const DefaultMaxClockSkew = 5 * time.Minute
 
 // RegisterFlags registers the pipeline flags on f.
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
@@ -129,6 +140,9 @@ func (c *Config) Validate() error {
 	if c.MaxBatchBytes != 0 && c.MaxBatchBytes < c.MaxValueSize+minBatchOverValue {
 		errs = append(errs, fmt.Errorf("--max-batch-bytes (%d) must be at least --max-value-size + 64KiB (%d): a batch must hold one record of the largest size",
 			int64(c.MaxBatchBytes), int64(c.MaxValueSize+minBatchOverValue)))
+	}
+	if c.MaxClockSkew < 0 {
+		errs = append(errs, errors.New("--max-clock-skew: must not be negative (0: the default)"))
 	}
 	if c.StallTimeout < 0 {
 		errs = append(errs, errors.New("--stall-timeout: must not be negative"))

@@ -67,6 +67,9 @@ type Consumer struct {
 	// progress is when the consume loop last handled a record or found
 	// nothing waiting (UnixNano); /readyz reads it without a lock.
 	progress atomic.Int64
+	// tsAhead is the session's ahead of the last freeze, in nanoseconds
+	// (ts_ahead_seconds), for /status.
+	tsAhead atomic.Int64
 	// tempFault is the last temp-file write error, until a cycle commits
 	// again (/readyz reports it).
 	tempFault atomic.Pointer[error]
@@ -96,6 +99,9 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	}
 	if err := cleanTempDir(cfg.TempDir); err != nil {
 		return nil, err
+	}
+	if cfg.MaxClockSkew == 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
 	}
 	cfg.applyFileLimits(d.Logger)
 	cfg.applyMemoryLimits(d.Logger)

@@ -17,3 +17,8 @@ func (c *Consumer) MetricTempWriteErrors() prometheus.Collector { return c.m.tem
 
 // MetricLateEvents exposes late_events_total to tests.
 func (c *Consumer) MetricLateEvents() prometheus.Collector { return c.m.lateEvents }
+
+// MetricEvents is events_total{result, reason}.
+func (c *Consumer) MetricEvents(result, reason string) prometheus.Collector {
+	return c.m.events.WithLabelValues(result, reason)
+}

@@ -21,6 +21,8 @@ type metrics struct {
 	flowFatal       *prometheus.GaugeVec
 	checkpointTS    *prometheus.GaugeVec
 	checkpointLag   *prometheus.GaugeVec
+	checkpointAhead *prometheus.GaugeVec
+	tsAhead         prometheus.Gauge
 	consumerLag     *prometheus.GaugeVec
 	cyclesTotal     *prometheus.CounterVec
 	inflightCycles  prometheus.Gauge
@@ -90,6 +92,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "checkpoint_lag_seconds",
 			Help: "Wall time now minus the physical time of a flow's global checkpoint.",
 		}, []string{"flow"}),
+		checkpointAhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "checkpoint_ahead_seconds",
+			Help: "How far a flow's global checkpoint lies ahead of the wall clock (0 when behind): the producers' TSO clock runs ahead of this consumer's, by at most --max-clock-skew.",
+		}, []string{"flow"}),
+		tsAhead: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "ts_ahead_seconds",
+			Help: "How far the newest ts of the records accepted in the last flush cycle lay ahead of this consumer's clock when they arrived (0 when behind); records further ahead than --max-clock-skew go to the DLQ (reason ts_future).",
+		}),
 		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "consumer_lag_records",
 			Help: "Records between this consumer's position and the partition's high watermark.",
@@ -117,7 +127,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
-			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag,
+			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
 			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
@@ -145,4 +155,5 @@ func (m *metrics) deleteFlow(label string) {
 	m.flowFatal.DeleteLabelValues(label)
 	m.checkpointTS.DeleteLabelValues(label)
 	m.checkpointLag.DeleteLabelValues(label)
+	m.checkpointAhead.DeleteLabelValues(label)
 }

@@ -16,6 +16,9 @@ const (
 	// reasonBadKey is not a skip: the router's caller sends the record to
 	// the DLQ.
 	reasonBadKey = event.ReasonBadKey
+	// reasonTSFuture is a DLQ reason: a resolved or event ts further
+	// ahead of the consumer's clock than --max-clock-skew.
+	reasonTSFuture = "ts_future"
 )
 
 // Router maps an event's key to the flows that cover it, from the flow

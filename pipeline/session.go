@@ -60,6 +60,9 @@ type session struct {
 
 	lateLogged time.Time // when late events were last logged
 	lateCount  int       // late events since then
+	// ahead is how far the newest ts of the records accepted since the
+	// last freeze lay ahead of the clock when they arrived.
+	ahead time.Duration
 }
 
 type parsedEvent struct {
@@ -279,9 +282,17 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		return s.toDLQ(ctx, r, 1, decodeReason(err), err)
 	}
 	maxSize := int(c.cfg.MaxValueSize)
+	now := time.Now()
+	// No ts of the record may lie further ahead of this clock than the
+	// skew allows: one such ts would count toward maxts, the region's
+	// resolved ts, the checkpoint and coverage windows for good.
+	bound := event.MaxTS(now, c.cfg.MaxClockSkew)
+	if s.batch.ResolvedTS > bound {
+		return s.toDLQ(ctx, r, len(s.batch.Events), reasonTSFuture, futureErr("resolved ts", s.batch.ResolvedTS, now, c.cfg.MaxClockSkew))
+	}
 	s.parsed = s.parsed[:0]
 	lock, late := 0, 0
-	var lateTS uint64
+	var lateTS, recMaxTS uint64
 	for i := range s.batch.Events {
 		ev := &s.batch.Events[i]
 		if ev.CF == event.CF_CF_LOCK {
@@ -295,6 +306,9 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		if err != nil {
 			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: %w", i, err))
 		}
+		if ts > bound {
+			return s.toDLQ(ctx, r, len(s.batch.Events), reasonTSFuture, fmt.Errorf("event %d: %w", i, futureErr("ts", ts, now, c.cfg.MaxClockSkew)))
+		}
 		p := parsedEvent{ev: ev, ts: ts}
 		if ev.CF == event.CF_CF_WRITE && ev.Op == event.Op_OP_PUT {
 			w, err := event.DecodeWrite(ev.Value)
@@ -306,7 +320,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 				late, lateTS = late+1, ts
 			}
 		}
-		ps.maxTS = max(ps.maxTS, ts)
+		recMaxTS = max(recMaxTS, ts)
 		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
 		if p.skip == reasonBadKey {
 			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: table key too short for a table id", i))
@@ -314,7 +328,10 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		s.parsed = append(s.parsed, p)
 	}
 
-	now := time.Now()
+	// The record is accepted whole: only now may it count.
+	ps.maxTS = max(ps.maxTS, recMaxTS)
+	s.ahead = max(s.ahead, event.Ahead(max(recMaxTS, s.batch.ResolvedTS), now))
+	appendStart := time.Now()
 	rs := ps.regions[s.batch.RegionID]
 	if rs == nil {
 		rs = &regionState{}
@@ -365,7 +382,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 		c.m.skipNoTable.Add(float64(noTable))
 	}
 	if len(s.parsed) > 0 || lock > 0 {
-		c.m.appendSeconds.Observe(time.Since(now).Seconds())
+		c.m.appendSeconds.Observe(time.Since(appendStart).Seconds())
 	}
 	return nil
 }
@@ -386,6 +403,12 @@ func (s *session) lateEvents(ps *partState, n int, ts uint64, now time.Time) {
 		"partition", ps.partition, "region", s.batch.RegionID, "commit_ts", ts, "checkpoint", ps.lateBelow,
 		"late_events", s.lateCount)
 	s.lateLogged, s.lateCount = now, 0
+}
+
+// futureErr describes a ts that lies more than skew ahead of now.
+func futureErr(what string, ts uint64, now time.Time, skew time.Duration) error {
+	return fmt.Errorf("%s %d (%s) is %v ahead of the consumer's clock, more than --max-clock-skew %v",
+		what, ts, event.PhysicalTime(ts).Format(time.RFC3339Nano), event.Ahead(ts, now).Round(time.Millisecond), skew)
 }
 
 func decodeReason(err error) string {
@@ -488,6 +511,9 @@ func (s *session) freeze(trigger string) *cycle {
 		ps.cycleFrom, ps.stored = ps.next, ps.next
 	}
 	s.takeReports(cyc)
+	c.m.tsAhead.Set(s.ahead.Seconds())
+	c.tsAhead.Store(int64(s.ahead))
+	s.ahead = 0
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
 	s.fl.enqueue(cyc)
 	return cyc
@@ -525,6 +551,7 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		if err != nil {
 			return nil, err
 		}
+		start = s.boundStart(p, start)
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{},
 			maxTS: start.MaxTS, cov: newPartCoverage(start)}
 		if start.HasCkpt {
@@ -536,7 +563,15 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 			return nil, err
 		}
 		now := time.Now()
+		bound := event.MaxTS(now, c.cfg.MaxClockSkew)
 		for r, ts := range known {
+			if ts > bound {
+				// Stored by a version that took any ts: the region counts
+				// again once it sends a ts within the bound.
+				c.log.Warn("dropping a region whose stored resolved ts lies in the future", "partition", p, "region", r,
+					"resolved_ts", ts, "ahead", event.Ahead(ts, now).Round(time.Second))
+				continue
+			}
 			ps.regions[r] = &regionState{resolved: ts, seen: now}
 		}
 		if o, ok, err := c.d.Store.Offset(ctx, c.d.ApplyTopic, p); err != nil {
@@ -560,6 +595,24 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		c.log.Info("partition assigned", "topic", c.d.ApplyTopic, "partition", p, "lease_epoch", lease.Epoch, "start", offsetString(off, ps.next))
 	}
 	return offsets, nil
+}
+
+// boundStart caps what Redis holds of a partition's committed position at
+// the clock plus --max-clock-skew. Only a version that took any ts could
+// have stored more; kept, a maxts of 2^63 would make every later coverage
+// window start in the future. The next commit stores the capped values.
+func (s *session) boundStart(p int32, st meta.PartitionStart) meta.PartitionStart {
+	now := time.Now()
+	bound := event.MaxTS(now, s.c.cfg.MaxClockSkew)
+	if st.MaxTS > bound {
+		s.c.log.Warn("stored maxts lies in the future; capped at the clock plus --max-clock-skew", "partition", p,
+			"maxts", st.MaxTS, "ahead", event.Ahead(st.MaxTS, now).Round(time.Second), "capped_to", bound)
+		st.MaxTS = bound
+	}
+	if st.HasCkpt && st.Ckpt > bound {
+		st.Ckpt = bound
+	}
+	return st
 }
 
 func offsetString(_ kgo.Offset, redis int64) string {

@@ -78,6 +78,12 @@ type Status struct {
 	// Dependencies are the readiness checks of Redis, Kafka and GCS as
 	// /readyz last ran them (the HTTP handler fills them in).
 	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
+	// TSAheadSeconds is how far the newest ts accepted in the last cycle
+	// lay ahead of this consumer's clock (ts_ahead_seconds): a producer
+	// clock running ahead, by at most --max-clock-skew.
+	TSAheadSeconds float64 `json:"ts_ahead_seconds"`
+	// MaxClockSkewSeconds is --max-clock-skew.
+	MaxClockSkewSeconds float64 `json:"max_clock_skew_seconds"`
 }
 
 // statusMaxTables bounds the tables and windows /status lists per flow:
@@ -100,7 +106,8 @@ const (
 func (c *Consumer) Status() Status {
 	c.mu.Lock()
 	s := c.cur
-	st := Status{LastCycle: c.lastCyc}
+	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
+		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
 	fatal := make(map[uint32]bool, len(c.fatal))
 	for id := range c.fatal {
 		fatal[id] = true

@@ -46,7 +46,7 @@ func pipelineLikeEntries(n int) []byte {
 // the fastest level) and the sha256 of its framed bytes that every chunk's
 // meta carries (DESIGN 6). On one core; compare MB/s with the
 // consumer's core-seconds per GB of BenchmarkPipeline
-// (docs/OPERATIONS.md, "CPU").
+// (docs/SIZING.md, "Throughput and CPU of the flush").
 func BenchmarkTempBuffer(b *testing.B) {
 	const bufSize = 32 << 10
 	src := pipelineLikeEntries(16 << 20)

@@ -23,7 +23,7 @@ import (
 // commit is of objects uploaded before the listing; the grace period keeps
 // every object younger than it, and the consumer never commits a cycle
 // whose objects are older than its --max-commit-age, which must be shorter
-// than the grace (docs/OPERATIONS.md). Objects are judged per unit, the
+// than the grace (docs/RESTORE.md, "Retention: truncate and gc"). Objects are judged per unit, the
 // data and meta object of one cycle or the objects of one snapshot
 // directory: a unit is deleted only if none of its objects is referenced
 // and all are older than the grace, so a cycle or snapshot still being

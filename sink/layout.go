@@ -6,13 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/flowlog/flowlog/event"
 )
 
-// MetaVersion is the version of the meta JSON this package writes and reads.
+// MetaVersion is the version of a layout v1 meta: one flow's share of a
+// cycle. Layout v2 metas are MetaVersion2.
 const MetaVersion = 1
 
 // ValidName reports whether s may be used as a catalog or flow name in an
@@ -84,20 +86,89 @@ func SplitFlowPath(prefix, name string) (catalog, flow string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// Meta is the meta object of one flush cycle of one flow: it lists the
-// chunks of the cycle's data object and the Kafka offsets they came from.
+// Meta is the meta object of one flush cycle: it lists the chunks of the
+// cycle's data object and the Kafka offsets they came from. A version 1
+// meta is one flow's share of a cycle (Flow, FlowID; every file is the
+// flow's). A version 2 meta is the whole cycle: Flows names every flow with
+// a chunk or a coverage report in it, each file lists the flows that routed
+// it (FileMeta.FlowIDs), and Partitions and Coverage are what the cycle's
+// commit wrote to Redis, so that the bucket can rebuild Redis (consumer
+// recover).
 type Meta struct {
-	Version       int           `json:"version"`
-	Flow          string        `json:"flow"`
-	FlowID        uint32        `json:"flow_id"`
-	StoreID       string        `json:"store_id"`
-	CycleID       string        `json:"cycle_id"`
+	Version int `json:"version"`
+	// Flow and FlowID are the flow of a version 1 meta; absent in version 2.
+	Flow    string `json:"flow,omitempty"`
+	FlowID  uint32 `json:"flow_id,omitempty"`
+	StoreID string `json:"store_id"`
+	CycleID string `json:"cycle_id"`
+	// Group is the consumer group that wrote a version 2 meta.
+	Group         string        `json:"group,omitempty"`
 	DataPath      string        `json:"data_path"`
 	MinTS         uint64        `json:"min_ts"`
 	MaxTS         uint64        `json:"max_ts"`
 	MinResolvedTS uint64        `json:"min_resolved_ts"`
+	Flows         []MetaFlow    `json:"flows,omitempty"`
 	Offsets       []OffsetRange `json:"offsets"`
-	Files         []FileMeta    `json:"files"`
+	// Partitions are the partition commits of a version 2 meta's cycle.
+	Partitions []PartitionState `json:"partitions,omitempty"`
+	// Coverage are the coverage reports a version 2 meta's commit made.
+	Coverage []CoverageReport `json:"coverage,omitempty"`
+	Files    []FileMeta       `json:"files"`
+}
+
+// MetaFlow is a flow a version 2 meta serves: its id and its catalog and
+// name when the cycle was frozen.
+type MetaFlow struct {
+	FlowID  uint32 `json:"flow_id"`
+	Catalog string `json:"catalog"`
+	Name    string `json:"name"`
+}
+
+// PartitionState is what a cycle's commit wrote for one apply partition:
+// offset:<topic>:<p> = NextOffset, ckpt:<topic>:<p> = Checkpoint (present
+// when HasCheckpoint; "idle" when Idle), maxts:<topic>:<p> = MaxTS (when not
+// 0) and regions:<topic>:<p> = Regions (region id in decimal -> last
+// resolved ts).
+type PartitionState struct {
+	Topic         string            `json:"topic"`
+	Partition     int32             `json:"partition"`
+	NextOffset    int64             `json:"next_offset"`
+	Checkpoint    uint64            `json:"ckpt,omitempty"`
+	HasCheckpoint bool              `json:"has_ckpt,omitempty"`
+	Idle          bool              `json:"idle,omitempty"`
+	MaxTS         uint64            `json:"max_ts,omitempty"`
+	Regions       map[string]uint64 `json:"regions,omitempty"`
+}
+
+// CoverageReport is one partition's report for a pending coverage entry
+// of a flow (coverage:<flow_id>:parts): TS, or Idle for a partition without
+// a live region.
+type CoverageReport struct {
+	FlowID    uint32 `json:"flow_id"`
+	Seq       uint64 `json:"seq"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	TS        uint64 `json:"ts,omitempty"`
+	Idle      bool   `json:"idle,omitempty"`
+}
+
+// Holds reports whether file f of m holds entries of flow id: every file of
+// a version 1 meta of the flow, and the files of a version 2 meta whose
+// FlowIDs name it.
+func (m *Meta) Holds(id uint32, f *FileMeta) bool {
+	if m.Version == MetaVersion {
+		return m.FlowID == id
+	}
+	_, ok := slices.BinarySearch(f.FlowIDs, id)
+	return ok
+}
+
+// Serves reports whether m has chunks of flow id.
+func (m *Meta) Serves(id uint32) bool {
+	if m.Version == MetaVersion {
+		return m.FlowID == id
+	}
+	return slices.ContainsFunc(m.Flows, func(f MetaFlow) bool { return f.FlowID == id })
 }
 
 // OffsetRange is the half-open range [From, To) of offsets of one Kafka
@@ -161,6 +232,9 @@ type FileMeta struct {
 	Op                    string `json:"op"` // "put" or "delete"
 	IsMeta                bool   `json:"is_meta"`
 	Partition             int32  `json:"partition"`
+	// FlowIDs are the flows that routed the chunk's entries, ascending
+	// (version 2 only): a table several flows cover is stored once.
+	FlowIDs []uint32 `json:"flow_ids,omitempty"`
 }
 
 // EncodeMeta returns m as JSON, after checking it as DecodeMeta does.
@@ -193,16 +267,34 @@ func DecodeMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
-// Validate checks that m is a version-1 meta whose fields are consistent:
-// valid names, known enum values, hex checksums and keys, chunks that do not
-// overlap, and half-open offset ranges.
+// maxMetaFiles bounds the files (chunks) of one meta. A cycle's files are
+// bounded by --max-cycle-files (default 10,000, and fetching pauses at twice
+// as many), so a real meta stays far below; a tampered one is refused
+// before its files are used.
+const maxMetaFiles = 1 << 20
+
+// Validate checks that m is a version 1 or 2 meta whose fields are
+// consistent: valid names, known enum values, hex checksums and keys,
+// chunks that do not overlap, half-open offset ranges, and for version 2
+// flow ids that the meta's flows name, in ascending order.
 func (m *Meta) Validate() error {
 	var errs []error
-	if m.Version != MetaVersion {
-		errs = append(errs, fmt.Errorf("version %d, want %d", m.Version, MetaVersion))
+	switch m.Version {
+	case MetaVersion:
+		if !ValidName(m.Flow) {
+			errs = append(errs, fmt.Errorf("invalid flow name %q", m.Flow))
+		}
+		if len(m.Flows) > 0 || len(m.Partitions) > 0 || len(m.Coverage) > 0 {
+			errs = append(errs, errors.New("version 1 meta with version 2 fields"))
+		}
+	case MetaVersion2:
+		errs = append(errs, m.validateV2()...)
+	default:
+		errs = append(errs, fmt.Errorf("version %d, want %d or %d", m.Version, MetaVersion, MetaVersion2))
 	}
-	if !ValidName(m.Flow) {
-		errs = append(errs, fmt.Errorf("invalid flow name %q", m.Flow))
+	if len(m.Files) > maxMetaFiles {
+		errs = append(errs, fmt.Errorf("%d files, more than the %d a cycle can hold", len(m.Files), maxMetaFiles))
+		return fmt.Errorf("invalid meta: %w", errors.Join(errs...))
 	}
 	if m.DataPath == "" && len(m.Files) > 0 {
 		errs = append(errs, errors.New("files without data_path"))
@@ -216,10 +308,17 @@ func (m *Meta) Validate() error {
 		}
 	}
 	var end int64
+	flows := make(map[uint32]bool, len(m.Flows))
+	for _, f := range m.Flows {
+		flows[f.FlowID] = true
+	}
 	for i, f := range m.Files {
 		if err := f.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
 			continue
+		}
+		if err := f.validateFlows(m.Version, flows); err != nil {
+			errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
 		}
 		if f.Offset < end {
 			errs = append(errs, fmt.Errorf("files[%d]: offset %d overlaps the previous chunk ending at %d", i, f.Offset, end))
@@ -228,6 +327,61 @@ func (m *Meta) Validate() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid meta: %w", err)
+	}
+	return nil
+}
+
+// validateV2 checks the fields only a version 2 meta has.
+func (m *Meta) validateV2() []error {
+	var errs []error
+	if m.Flow != "" || m.FlowID != 0 {
+		errs = append(errs, errors.New("version 2 meta with a flow of its own"))
+	}
+	if !ValidName(m.StoreID) {
+		errs = append(errs, fmt.Errorf("invalid store id %q", m.StoreID))
+	}
+	seen := make(map[uint32]bool, len(m.Flows))
+	for i, f := range m.Flows {
+		switch {
+		case !ValidName(f.Catalog) || !ValidName(f.Name):
+			errs = append(errs, fmt.Errorf("flows[%d]: invalid flow %q/%q", i, f.Catalog, f.Name))
+		case seen[f.FlowID]:
+			errs = append(errs, fmt.Errorf("flows[%d]: flow id %d twice", i, f.FlowID))
+		}
+		seen[f.FlowID] = true
+	}
+	for i, p := range m.Partitions {
+		if p.NextOffset < 0 || p.Idle && p.HasCheckpoint {
+			errs = append(errs, fmt.Errorf("partitions[%d]: bad state of %s/%d", i, p.Topic, p.Partition))
+		}
+	}
+	for i, r := range m.Coverage {
+		if !seen[r.FlowID] {
+			errs = append(errs, fmt.Errorf("coverage[%d]: flow id %d is not among the meta's flows", i, r.FlowID))
+		}
+	}
+	return errs
+}
+
+// validateFlows checks a file's flow ids: none in a version 1 meta; in a
+// version 2 meta at least one, ascending, each a flow of the meta.
+func (f *FileMeta) validateFlows(version int, flows map[uint32]bool) error {
+	if version == MetaVersion {
+		if len(f.FlowIDs) > 0 {
+			return errors.New("flow_ids in a version 1 meta")
+		}
+		return nil
+	}
+	if len(f.FlowIDs) == 0 {
+		return errors.New("no flow_ids")
+	}
+	for i, id := range f.FlowIDs {
+		if i > 0 && id <= f.FlowIDs[i-1] {
+			return fmt.Errorf("flow_ids %v not ascending", f.FlowIDs)
+		}
+		if !flows[id] {
+			return fmt.Errorf("flow id %d is not among the meta's flows", id)
+		}
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
 	"github.com/flowlog/flowlog/sink/gcs"
 )
@@ -33,6 +34,10 @@ type connConfig struct {
 	GCS      gcs.Config
 	Group    string
 	HTTPAddr string
+	// MaxClockSkew bounds how far ahead of this machine's clock a ts may
+	// lie: run refuses records past it, the operator commands a --ts, a
+	// checkpoint or a window past it.
+	MaxClockSkew time.Duration
 }
 
 // RegisterFlags registers the connection flags on f.
@@ -41,6 +46,8 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 	c.Redis.RegisterFlags(f)
 	c.GCS.RegisterFlags(f)
 	f.StringVar(&c.Group, "group", "flowlog", "Kafka consumer group; also names the global_checkpoint object")
+	f.DurationVar(&c.MaxClockSkew, "max-clock-skew", pipeline.DefaultMaxClockSkew,
+		"how far ahead of this machine's clock a ts may lie: run sends records past it to the DLQ (reason ts_future), restore and snapshot refuse a --ts or checkpoint past it, verify reports it")
 	f.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080",
 		"the consumer's HTTP address: run serves /metrics, /healthz, /readyz, /status and POST /flush there, status reads its /status (empty: off)")
 }
@@ -51,6 +58,9 @@ func (c *connConfig) Validate() error {
 	errs = append(errs, c.Kafka.Validate(), validateRedis(c.Redis), c.GCS.Validate())
 	if c.Group == "" {
 		errs = append(errs, errors.New("--group: must not be empty"))
+	}
+	if c.MaxClockSkew <= 0 {
+		errs = append(errs, errors.New("--max-clock-skew: must be positive"))
 	}
 	return errors.Join(errs...)
 }

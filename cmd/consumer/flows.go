@@ -34,9 +34,13 @@ type flowRow struct {
 	Error          string   `json:"error,omitempty"`
 	CheckpointTS   uint64   `json:"checkpoint_ts"`
 	CheckpointTime string   `json:"checkpoint_time"`
-	LastFlushTS    uint64   `json:"last_flush_ts"`
-	LastFlushTime  string   `json:"last_flush_time"`
-	Metas          int      `json:"metas"`
+	// CheckpointAheadSeconds is how far the checkpoint lies ahead of this
+	// machine's clock, 0 when it does not: the producers' TSO clock runs
+	// ahead, by at most --max-clock-skew.
+	CheckpointAheadSeconds float64 `json:"checkpoint_ahead_seconds"`
+	LastFlushTS            uint64  `json:"last_flush_ts"`
+	LastFlushTime          string  `json:"last_flush_time"`
+	Metas                  int     `json:"metas"`
 	// Windows are the tables' coverage windows, oldest first (DESIGN 7).
 	Windows []meta.Window `json:"windows"`
 	// SnapshotTS is the ts of the newest listed snapshot, 0 if none;
@@ -73,6 +77,9 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 			return nil, err
 		}
 		row.CheckpointTime, row.LastFlushTime = tsTime(row.CheckpointTS), tsTime(row.LastFlushTS)
+		if row.CheckpointTS > 0 {
+			row.CheckpointAheadSeconds = event.Ahead(row.CheckpointTS, time.Now()).Seconds()
+		}
 		refs, err := st.Metas(ctx, id)
 		if err != nil {
 			return nil, err
@@ -136,8 +143,12 @@ func printFlows(rows []flowRow) {
 			cov = []string{"establishing"}
 		}
 		snap, truncated, logBytes := retentionCells(r)
+		ckTime := r.CheckpointTime
+		if r.CheckpointAheadSeconds >= 1 {
+			ckTime += fmt.Sprintf(" (%v ahead of this clock)", time.Duration(r.CheckpointAheadSeconds*float64(time.Second)).Round(time.Second))
+		}
 		fmt.Fprintf(tw, "%d\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Catalog, r.Name, strings.Join(tables, ","), state,
-			r.CheckpointTS, r.CheckpointTime, r.LastFlushTime, r.Metas, strings.Join(cov, " "), snap, truncated, logBytes)
+			r.CheckpointTS, ckTime, r.LastFlushTime, r.Metas, strings.Join(cov, " "), snap, truncated, logBytes)
 	}
 	tw.Flush()
 }

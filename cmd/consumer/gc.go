@@ -23,8 +23,8 @@ type gcConfig struct {
 }
 
 // minSafeGrace is the grace below which gc warns: it must exceed the
-// longest time between a cycle's upload and its commit (docs/OPERATIONS.md,
-// "Retention and garbage").
+// longest time between a cycle's upload and its commit (docs/RESTORE.md,
+// "Retention: truncate and gc").
 const minSafeGrace = 30 * time.Minute
 
 func (c *gcConfig) RegisterFlags(f *flag.FlagSet) {
@@ -74,7 +74,7 @@ func gcRefs(st *meta.Store) func(ctx context.Context) (sink.GCRefs, error) {
 func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
 	if cfg.Grace < minSafeGrace {
-		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/OPERATIONS.md)\n",
+		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/RESTORE.md, \"Retention: truncate and gc\")\n",
 			cfg.Grace, minSafeGrace)
 	}
 	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: gcRefs(st)})

@@ -52,6 +52,7 @@ const minFlushSize = 64 << 10
 // Validate reports every problem, one per line.
 func (c *runConfig) Validate() error {
 	var errs []error
+	c.pipe.MaxClockSkew = c.conn.MaxClockSkew
 	errs = append(errs, c.conn.Validate(), c.pipe.Validate())
 	if c.pipe.FlushSize > 0 && c.pipe.FlushSize < minFlushSize {
 		errs = append(errs, fmt.Errorf("--flush-size: %d bytes is below the minimum of 64KiB", int64(c.pipe.FlushSize)))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -199,8 +200,19 @@ func pickTS(ctx context.Context, st flowStore, b sink.Bucket, conn *connConfig, 
 	if closed {
 		bound = max(ckpt, end)
 	}
+	now := time.Now()
+	future := event.MaxTS(now, conn.MaxClockSkew)
 	ts := arg.ts
 	switch {
+	case ts > future:
+		return 0, &FutureError{What: "--ts " + arg.describe(), TS: ts, Ahead: event.Ahead(ts, now), Skew: conn.MaxClockSkew}
+	case bound > future:
+		// Only a ts no clock could honestly give moves a checkpoint there
+		// (stored by a version that took any ts, until a consumer of this
+		// one advances it again): what it claims is unproven at any ts,
+		// since the regions that held it back may have been ignored.
+		return 0, &FutureError{What: fmt.Sprintf("the checkpoint of flow %s/%s (id %d)", ref.Catalog, ref.Name, ref.ID),
+			TS: bound, Ahead: event.Ahead(bound, now), Skew: conn.MaxClockSkew}
 	case bound == 0:
 		return 0, fmt.Errorf("flow %s/%s (id %d) has no checkpoint yet: nothing is restorable", ref.Catalog, ref.Name, ref.ID)
 	case ts == 0 && closed:
@@ -218,6 +230,21 @@ func pickTS(ctx context.Context, st flowStore, b sink.Bucket, conn *connConfig, 
 			arg.describe(), bound, tsTime(bound))
 	}
 	return ts, nil
+}
+
+// FutureError is a ts that lies further ahead of this machine's clock than
+// --max-clock-skew: a restore or snapshot at it would claim data that cannot
+// exist yet.
+type FutureError struct {
+	What  string // what carries the ts: "--ts ...", "the checkpoint of ..."
+	TS    uint64
+	Ahead time.Duration
+	Skew  time.Duration
+}
+
+func (e *FutureError) Error() string {
+	return fmt.Sprintf("%s is %d (%s), %v ahead of this machine's clock, more than --max-clock-skew %v: refused, nothing past the clock can be backed up yet (a producer clock far ahead, or a corrupted heartbeat; see docs/OPERATING.md, \"Time is bounded\")",
+		e.What, e.TS, tsTime(e.TS), e.Ahead.Round(time.Second), e.Skew)
 }
 
 // checkTruncated returns the flow's truncation point (0 if none) and

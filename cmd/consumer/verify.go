@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -77,6 +79,7 @@ func runVerify(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	futureFaults(&r, windows, time.Now(), conn.MaxClockSkew)
 	out := struct {
 		FlowID  uint32 `json:"flow_id"`
 		Catalog string `json:"catalog"`
@@ -134,4 +137,25 @@ func runVerify(ctx context.Context, args []string) error {
 		return exitError{code: 1, msg: fmt.Sprintf("verify: %d faults", len(r.Faults))}
 	}
 	return nil
+}
+
+// futureFaults adds a fault for every checkpoint and window bound that lies
+// further ahead of now than skew: a ts no clock could honestly give moved it
+// there, so what it claims is unproven.
+func futureFaults(r *sink.VerifyReport, windows []meta.Window, now time.Time, skew time.Duration) {
+	bound := event.MaxTS(now, skew)
+	future := func(what string, ts uint64) {
+		if ts > bound {
+			r.Faults = append(r.Faults, fmt.Sprintf("%s %d (%s) is %v ahead of this machine's clock, more than --max-clock-skew %v",
+				what, ts, tsTime(ts), event.Ahead(ts, now).Round(time.Second), skew))
+		}
+	}
+	future("redis checkpoint", r.RedisCheckpoint)
+	future("checkpoint object", r.CheckpointTS)
+	for _, w := range windows {
+		future(fmt.Sprintf("table %d: coverage window since", w.TableID), w.Since)
+		if w.Until != nil {
+			future(fmt.Sprintf("table %d: coverage window until", w.TableID), *w.Until)
+		}
+	}
 }

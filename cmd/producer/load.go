@@ -90,7 +90,7 @@ func runLoad(ctx context.Context, args []string) error {
 		return fmt.Errorf("--timeout %v: must not be negative", timeout)
 	}
 	if lc.StartTime.IsZero() {
-		lc.StartTime = time.Now().UTC()
+		lc.StartTime = time.Now().UTC().Add(-lc.Span())
 	}
 	cl, err := newProducer(&kc, timeout, os.Stderr)
 	if err != nil {
@@ -198,6 +198,9 @@ func (l *loader) produceAll(ctx context.Context) error {
 		})
 		l.events.Store(int64(l.gen.Events()))
 		l.txns.Store(int64(l.gen.Transactions()))
+		if err := l.holdFuture(ctx); err != nil {
+			return err
+		}
 		if l.rate > 0 {
 			due := l.start.Add(time.Duration(float64(l.gen.Events()) / l.rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
@@ -210,6 +213,27 @@ func (l *loader) produceAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// maxAhead is how far ahead of the clock the load's ts may run: a fifth of
+// the consumer's default --max-clock-skew, which refuses records further
+// ahead.
+const maxAhead = time.Minute
+
+// holdFuture waits while the ts published so far run more than maxAhead
+// ahead of the clock: a load with few regions, or one started at a later
+// --start-time, moves its TSO clocks faster than time passes.
+func (l *loader) holdFuture(ctx context.Context) error {
+	ahead := event.Ahead(l.gen.MaxTS(), time.Now())
+	if ahead <= maxAhead {
+		return nil
+	}
+	select {
+	case <-time.After(ahead - maxAhead):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // watchdog cancels ctx with errNoAck once records have waited for an

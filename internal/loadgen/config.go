@@ -75,7 +75,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Float64Var(&c.DeleteRatio, "delete-ratio", 0.1, "share of deletes among mutations")
 	f.IntVar(&c.BatchSize, "batch-size", 64, "events per ApplyBatch record")
 	f.IntVar(&c.HeartbeatEvery, "heartbeat-every", 0, "a heartbeat after every N batches of a region (0: only at the end)")
-	f.Func("start-time", "TSO physical base, RFC 3339 (default: now)", func(s string) error {
+	f.Func("start-time", "TSO physical base, RFC 3339 (default: now less the load's estimated TSO span, so that it ends about now)", func(s string) error {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			return err
@@ -106,6 +106,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Span estimates, from above, how far the load's TSO clocks move past
+// StartTime: each region's clock advances about 0.26 ms per transaction of
+// the region (measured), so 0.3 ms per transaction per region plus a
+// second. A producer that starts the load Span before now ends it about
+// now, instead of publishing ts that run ahead of the clock (a consumer
+// refuses ts more than its --max-clock-skew ahead).
+func (c Config) Span() time.Duration {
+	c = c.withDefaults()
+	return time.Duration(float64(c.Events)/float64(c.Regions)*0.3*float64(time.Millisecond)) + time.Second
 }
 
 // withDefaults returns c with defaults filled in.

@@ -13,6 +13,7 @@ type Generator struct {
 	p      *planner
 	events int
 	txns   int
+	maxTS  uint64
 }
 
 // New returns a generator of the load cfg describes. cfg should have passed
@@ -34,7 +35,9 @@ func (g *Generator) Next() (b *event.Batch, ok bool) {
 		return nil, false
 	}
 	b = &event.Batch{RegionID: pb.region, ResolvedTS: pb.resolved}
+	g.maxTS = max(g.maxTS, pb.resolved)
 	for _, t := range pb.txns {
+		g.maxTS = max(g.maxTS, t.commitTS)
 		b.Events = g.appendTxn(b.Events, t)
 		g.txns++
 	}
@@ -83,6 +86,10 @@ func (g *Generator) Events() int { return g.events }
 
 // Transactions is the number of transactions returned so far.
 func (g *Generator) Transactions() int { return g.txns }
+
+// MaxTS is the largest ts (commit or resolved) of the batches returned so
+// far.
+func (g *Generator) MaxTS() uint64 { return g.maxTS }
 
 // MaxResolvedTS is the largest resolved ts of the batches returned so far;
 // once Next has returned ok=false it is the resolved ts every region ends

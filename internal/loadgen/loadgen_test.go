@@ -280,3 +280,29 @@ func TestConfigFlags(t *testing.T) {
 		})
 	}
 }
+
+// Span bounds how far a load's TSO clocks move past StartTime, so that a
+// producer starting a load Span before now never publishes a ts ahead of
+// the clock (a consumer refuses ts past its --max-clock-skew).
+func TestSpanBoundsTheLoad(t *testing.T) {
+	for _, cfg := range []Config{
+		{Events: 100_000, Regions: 4},
+		{Events: 100_000, Regions: 64, DeleteRatio: -1},
+		{Events: 50_000, Regions: 1, ValueSize: 300},
+		{Events: 3_000, Regions: 3_000},
+	} {
+		t.Run(fmt.Sprintf("%d events, %d regions", cfg.Events, cfg.Regions), func(t *testing.T) {
+			cfg.StartTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			g := New(cfg)
+			for {
+				if _, ok := g.Next(); !ok {
+					break
+				}
+			}
+			span := event.PhysicalTime(g.MaxTS()).Sub(cfg.StartTime)
+			if est := cfg.Span(); span > est || span < (est-time.Second)/2 {
+				t.Errorf("the load's ts span %v past its start; Span() = %v, want it above and within 2x of the per-transaction part", span, est)
+			}
+		})
+	}
+}
