@@ -36,10 +36,12 @@ func TestCoverageWindowsLifecycle(t *testing.T) {
 			}
 			for _, e := range pf.Entries {
 				for p, v := range vals {
-					c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: id, Seq: e.Seq, Topic: topic, Partition: p, TS: v})
+					ts := meta.CoverageValue{TS: v}
+					c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: id, Seq: e.Seq, Topic: topic, Partition: p, Since: ts, Until: ts})
 				}
 				for _, p := range idle {
-					c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: id, Seq: e.Seq, Topic: topic, Partition: p, Idle: true})
+					idle := meta.CoverageValue{Idle: true}
+					c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: id, Seq: e.Seq, Topic: topic, Partition: p, Since: idle, Until: idle})
 				}
 			}
 		}
@@ -136,5 +138,87 @@ func TestCoverageWindowsLifecycle(t *testing.T) {
 	}
 	if pending, _ := s.PendingCoverage(ctx); len(pending) != 0 {
 		t.Fatalf("pending after everything finalized: %+v", pending)
+	}
+}
+
+// A cell is the run of steps every partition crossed at once. Steps A
+// (table 2 out), B (table 2 back) and C (table 3 in): if both partitions
+// crossed all three in one refresh, nothing routed the definition without
+// table 2, so its window goes on and only table 3 gets one; if partition 1
+// crossed A on its own, table 2 was not routed there for a while, so its
+// window ends at A and a new one starts at B.
+func TestCoverageCellsFollowEveryPartition(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		p1AOnly   bool
+		wantHist  int
+		wantSince uint64 // table 2's current window
+	}{
+		{"both crossed A to C at once", false, 0, 10},
+		{"partition 1 crossed A alone", true, 1, 70},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := newStore(t)
+			const topic = "flowlog.apply"
+			var leases []meta.Lease
+			for p := range int32(2) {
+				l, err := s.AcquireLease(ctx, topic, p, "m")
+				if err != nil {
+					t.Fatal(err)
+				}
+				leases = append(leases, l)
+			}
+			commit := func(reps ...meta.CoverageReport) {
+				t.Helper()
+				if err := s.Commit(ctx, meta.Commit{Leases: leases, Coverage: reps}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := func(id meta.FlowID, seq uint64, p int32, since, until, upto uint64) meta.CoverageReport {
+				return meta.CoverageReport{FlowID: id, Seq: seq, Topic: topic, Partition: p,
+					Since: meta.CoverageValue{TS: since}, Until: meta.CoverageValue{TS: until}, Upto: upto}
+			}
+			id := apply(t, s, newDDL(meta.OpCreate, "f", 1, 2), at(1)).FlowID
+			commit(rep(id, 1, 0, 10, 10, 1), rep(id, 1, 1, 10, 10, 1))
+			if _, err := s.FinalizeCoverage(ctx, topic, []int32{0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			apply(t, s, newDDL(meta.OpReplace, "f", 1), at(2))       // A = step 2
+			apply(t, s, newDDL(meta.OpReplace, "f", 1, 2), at(3))    // B = step 3
+			apply(t, s, newDDL(meta.OpReplace, "f", 1, 2, 3), at(4)) // C = step 4
+			for seq := uint64(2); seq <= 4; seq++ {
+				commit(rep(id, seq, 0, 50, 40, 4))
+				if tc.p1AOnly && seq == 2 {
+					commit(rep(id, seq, 1, 60, 55, 2))
+				} else {
+					commit(rep(id, seq, 1, 70, 65, 4))
+				}
+			}
+			for range 3 {
+				if _, err := s.FinalizeCoverage(ctx, topic, []int32{0, 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur, hist, err := s.Windows(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := cur[2]; w.Since != tc.wantSince || w.Until != nil || len(hist) != tc.wantHist {
+				t.Fatalf("table 2: current %+v, %d earlier windows; want since %d open, %d earlier", w, len(hist), tc.wantSince, tc.wantHist)
+			}
+			if tc.p1AOnly && (hist[0].Since != 10 || *hist[0].Until != 40) {
+				t.Fatalf("table 2's earlier window %+v, want (10, 40]: the min of A's untils", hist[0])
+			}
+			if w := cur[3]; w.Since != 70 || w.Until != nil {
+				t.Fatalf("table 3: %+v, want since 70 (the max of the since reports)", w)
+			}
+			if w := cur[1]; w.Since != 10 || w.Until != nil {
+				t.Fatalf("table 1: %+v, want its window untouched", w)
+			}
+			if pending, _ := s.PendingCoverage(ctx); len(pending) != 0 {
+				t.Fatalf("pending left: %+v", pending)
+			}
+		})
 	}
 }

@@ -23,6 +23,9 @@ var (
 	// that exists or existed (its metas or coverage key is present): flow
 	// ids are never reused (DESIGN 4).
 	ErrFlowIDInUse = errors.New("meta: flow id in use or used before")
+	// ErrTooManyTables refuses a create or replace with more source tables
+	// than the Applier's MaxTablesPerFlow (--max-tables-per-flow).
+	ErrTooManyTables = errors.New("meta: more source tables than --max-tables-per-flow")
 	// ErrUnexpectedValue matches every *UnexpectedValueError with errors.Is.
 	ErrUnexpectedValue = errors.New("meta: unexpected value")
 )

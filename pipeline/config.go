@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -21,15 +22,18 @@ type Config struct {
 	MaxValueSize  cli.Size
 	// MaxBatchBytes is the most a fetched record batch may decompress to;
 	// a batch past it goes to the DLQ whole (bigbatch.go).
-	MaxBatchBytes  cli.Size
-	RegionTTL      time.Duration
-	StartOffset    string // earliest | latest
-	StoreID        string
-	Compression    string // none | zstd
-	UploadParallel int
-	FatalAfter     int // consecutive failed cycles that make a flow fatal
-	RetryBackoff   time.Duration
-	MaxRetryDelay  time.Duration
+	MaxBatchBytes cli.Size
+	// MaxTablesPerFlow is the most source tables a flow's create or
+	// replace may name; a larger one goes to the DLQ (ddl_rejected).
+	MaxTablesPerFlow int
+	RegionTTL        time.Duration
+	StartOffset      string // earliest | latest
+	StoreID          string
+	Compression      string // none | zstd
+	UploadParallel   int
+	FatalAfter       int // consecutive failed cycles that make a flow fatal
+	RetryBackoff     time.Duration
+	MaxRetryDelay    time.Duration
 	// ShutdownTimeout bounds the final flush on SIGTERM.
 	ShutdownTimeout time.Duration
 	// MaxCommitAge is the age past which a cycle's uploaded objects are
@@ -92,6 +96,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
 	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply records, and events of them, with a key or value larger than this go to the DLQ (sizes after decompression)")
+	f.IntVar(&c.MaxTablesPerFlow, "max-tables-per-flow", meta.DefaultMaxTablesPerFlow,
+		"a flow create or replace naming more source tables than this goes to the DLQ (ddl_rejected)")
 	f.Var(&c.MaxBatchBytes, "max-batch-bytes", "a fetched record batch that decompresses to more than this, or does not decompress, goes to the DLQ whole; at least --max-value-size + 64KiB")
 	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
 	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")
@@ -143,6 +149,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxClockSkew < 0 {
 		errs = append(errs, errors.New("--max-clock-skew: must not be negative (0: the default)"))
+	}
+	if c.MaxTablesPerFlow < 0 {
+		errs = append(errs, errors.New("--max-tables-per-flow: must not be negative (0: the default)"))
 	}
 	if c.StallTimeout < 0 {
 		errs = append(errs, errors.New("--stall-timeout: must not be negative"))

@@ -554,6 +554,9 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		start = s.boundStart(p, start)
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{},
 			maxTS: start.MaxTS, cov: newPartCoverage(start)}
+		if s.flows.tables != nil {
+			ps.cov.startSeqs = s.flows.seqs // routes from its start with this view
+		}
 		if start.HasCkpt {
 			ps.lateBelow = start.Ckpt
 		}

@@ -184,7 +184,7 @@ type flowStore interface {
 	FlowState(ctx context.Context, id meta.FlowID) (meta.FlowState, error)
 	Metas(ctx context.Context, id meta.FlowID) ([]meta.MetaRef, error)
 	Windows(ctx context.Context, id meta.FlowID) (map[uint32]meta.Window, []meta.Window, error)
-	PendingCoverage(ctx context.Context) ([]meta.PendingFlow, error)
+	PendingAdded(ctx context.Context, id meta.FlowID) (map[uint32]bool, error)
 }
 
 // listMetas sets ref.Metas to the flow's committed meta paths. A restore

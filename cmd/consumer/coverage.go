@@ -22,17 +22,9 @@ func restorableTables(ctx context.Context, st flowStore, ref flowRef, only map[i
 	if err != nil {
 		return nil, err
 	}
-	establishing := map[uint32]bool{}
-	pending, err := st.PendingCoverage(ctx)
+	establishing, err := st.PendingAdded(ctx, ref.ID)
 	if err != nil {
 		return nil, err
-	}
-	for _, pf := range pending {
-		if pf.ID == ref.ID {
-			for _, e := range pf.Entries {
-				establishing[e.Table] = true
-			}
-		}
 	}
 	all := map[uint32]bool{}
 	for t := range cur {

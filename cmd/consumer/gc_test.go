@@ -101,7 +101,8 @@ func TestGCSnapshots(t *testing.T) {
 	var reps []meta.CoverageReport
 	for _, pf := range pending {
 		for _, en := range pf.Entries {
-			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: e.lease.Topic, Partition: e.lease.Partition, TS: e.ckpt})
+			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: e.lease.Topic, Partition: e.lease.Partition,
+				Since: meta.CoverageValue{TS: e.ckpt}, Until: meta.CoverageValue{TS: e.ckpt}})
 		}
 	}
 	if err := e.store.Commit(ctx, meta.Commit{Leases: []meta.Lease{e.lease}, Coverage: reps}); err != nil {

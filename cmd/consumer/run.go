@@ -187,6 +187,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 
 	applier, err := meta.NewApplier(store, registry, meta.ApplierConfig{
 		Topic: cfg.conn.Kafka.DDLTopic, KafkaOpts: kopts, DLQ: dlqw, Logger: log, Registerer: reg,
+		MaxTablesPerFlow: cfg.pipe.MaxTablesPerFlow,
 	})
 	if err != nil {
 		return fmt.Errorf("ddl applier: %w", err)
