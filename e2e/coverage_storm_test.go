@@ -286,5 +286,3 @@ func redisDataMB(t *testing.T, r *testenv.Redis) float64 {
 	t.Fatal("no used_memory_dataset in INFO memory")
 	return 0
 }
-
-

@@ -180,7 +180,8 @@ func (s *Store) cellReports(ctx context.Context, id FlowID, topic string, withRe
 	k := s.keys
 	if len(withRecords) == 0 {
 		// No partition has records: nothing is routed, and every step is
-		// final at once with no value (DESIGN 7 leaves such partitions out).
+		// final at once with no value (partitions without records are left
+		// out of every cell).
 		return make([][]partReport, len(entries)), nil
 	}
 	fields := make([]string, 0, len(entries)*len(withRecords))

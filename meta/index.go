@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// indexSet is the index entries of one flow (DESIGN 4): flownode set
+// indexSet is the index entries of one flow: flownode set
 // members, and the table hash fields with their Route JSON, which are the
 // same for every table of the flow (one per partition), so they are kept
 // once, with the sorted tables they go to.

@@ -19,7 +19,7 @@ import (
 // flushWait bounds how long POST /flush waits for its cycle's commit.
 const flushWait = 5 * time.Minute
 
-// Handler serves the consumer's HTTP surface (DESIGN section 8):
+// Handler serves the consumer's HTTP surface:
 //
 //	/metrics   Prometheus metrics of gatherer
 //	/healthz   200 while the process runs

@@ -43,14 +43,14 @@ type FlowStatus struct {
 	Tables     []uint32 `json:"tables,omitempty"`
 	TableCount int      `json:"table_count"`
 	Fatal      bool     `json:"fatal"`
-	// Windows are the tables' current coverage windows (DESIGN 7); absent
+	// Windows are the tables' current coverage windows; absent
 	// while they are being established, when the flow has more than
 	// statusMaxTables windows (WindowCount still says how many) or when
 	// Redis has not answered yet.
 	Windows     []meta.Window `json:"windows,omitempty"`
 	WindowCount int           `json:"window_count"`
 	// SnapshotTS is the ts of the newest listed snapshot and
-	// TruncatedBefore the truncation point (DESIGN 10); 0 for none or when
+	// TruncatedBefore the truncation point; 0 for none or when
 	// Redis has not answered yet. `consumer flows` also shows the log
 	// bytes after the snapshot, which takes reading the metas from GCS.
 	SnapshotTS      uint64 `json:"snapshot_ts"`
