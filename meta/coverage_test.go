@@ -224,3 +224,67 @@ func TestCoverageCellsFollowEveryPartition(t *testing.T) {
 		})
 	}
 }
+
+// Truncate drops the earlier windows that end below its point (no restore
+// can choose them) and keeps the others.
+func TestTruncatePrunesHistory(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	const topic = "flowlog.apply"
+	l, err := s.AcquireLease(ctx, topic, 0, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(ts uint64) {
+		t.Helper()
+		pending, err := s.PendingCoverage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := meta.Commit{Leases: []meta.Lease{l}}
+		for _, pf := range pending {
+			for _, e := range pf.Entries {
+				v := meta.CoverageValue{TS: ts}
+				c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: pf.ID, Seq: e.Seq, Topic: topic, Partition: 0, Since: v, Until: v})
+			}
+		}
+		if err := s.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.FinalizeCoverage(ctx, topic, []int32{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := apply(t, s, newDDL(meta.OpCreate, "f", 1, 2), at(1)).FlowID
+	step(10)
+	apply(t, s, newDDL(meta.OpReplace, "f", 3), at(2)) // 1, 2 out at 40
+	step(40)
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 3), at(3)) // 1 back at 60: (10, 40] into the history
+	step(60)
+	apply(t, s, newDDL(meta.OpReplace, "f", 3), at(4)) // 1 out at 90
+	step(90)
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 3), at(5)) // 1 back at 120: (60, 90] into the history
+	step(120)
+	if _, hist, _ := s.Windows(ctx, id); len(hist) != 2 {
+		t.Fatalf("history before the truncate: %+v, want table 1's two earlier windows", hist)
+	}
+	snap := snapPath(id, 70)
+	if err := s.AddSnapshot(ctx, id, snap); err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.Truncate(ctx, id, meta.SnapshotRef{FlowID: id, TS: 70, Path: snap},
+		func(context.Context, []meta.MetaRef, []meta.SnapshotRef) (meta.TruncateDrop, error) { return meta.TruncateDrop{}, nil })
+	if err != nil || done.HistoryErr != nil {
+		t.Fatalf("truncate: %v, %v", err, done.HistoryErr)
+	}
+	cur, hist, err := s.Windows(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.HistoryPruned != 1 || len(hist) != 1 || hist[0].Since != 60 || *hist[0].Until != 90 {
+		t.Fatalf("after truncating at 70: pruned %d, history %+v; want (10, 40] gone and (60, 90] kept", done.HistoryPruned, hist)
+	}
+	if w, ok := meta.WindowAt(cur, hist, 1, 80); !ok || w.Since != 60 {
+		t.Fatalf("WindowAt(table 1, 80) = %+v %v, want the kept (60, 90]", w, ok)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -200,6 +201,9 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 			return truncatedPast(name, ref.ID, tb, snap.TS)
 		}
 		return err
+	}
+	if done.HistoryErr != nil {
+		fmt.Fprintf(os.Stderr, "pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.HistoryErr)
 	}
 	// The transaction's own plan is what was removed from Redis.
 	objs, _ = plan.objects(ctx, b, name)
