@@ -273,7 +273,9 @@ func TestTruncatePrunesHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	done, err := s.Truncate(ctx, id, meta.SnapshotRef{FlowID: id, TS: 70, Path: snap},
-		func(context.Context, []meta.MetaRef, []meta.SnapshotRef) (meta.TruncateDrop, error) { return meta.TruncateDrop{}, nil })
+		func(context.Context, []meta.MetaRef, []meta.SnapshotRef) (meta.TruncateDrop, error) {
+			return meta.TruncateDrop{}, nil
+		})
 	if err != nil || done.HistoryErr != nil {
 		t.Fatalf("truncate: %v, %v", err, done.HistoryErr)
 	}
