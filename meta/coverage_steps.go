@@ -60,9 +60,9 @@ func (s *Store) stepStream(id FlowID, e CoverageEntry, kind string) *tableStream
 
 // next returns the next table, and false at the end.
 func (st *tableStream) next(ctx context.Context) (uint32, bool, error) {
-	if st.inline != nil {
+	if len(st.inline) > 0 {
 		t := st.inline[0]
-		st.inline = st.inline[:0:0]
+		st.inline = st.inline[1:]
 		return t, true, nil
 	}
 	if len(st.buf) == 0 {
@@ -93,9 +93,9 @@ func (st *tableStream) seek(ctx context.Context, after uint32) error {
 	if after == 0 {
 		return nil
 	}
-	if st.inline != nil {
-		if st.inline[0] <= after {
-			st.inline = st.inline[:0:0]
+	if st.key == "" {
+		for len(st.inline) > 0 && st.inline[0] <= after {
+			st.inline = st.inline[1:]
 		}
 		return nil
 	}

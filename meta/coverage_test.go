@@ -290,3 +290,43 @@ func TestTruncatePrunesHistory(t *testing.T) {
 		t.Fatalf("WindowAt(table 1, 80) = %+v %v, want the kept (60, 90]", w, ok)
 	}
 }
+
+// Pending entries and reports of the per-table format earlier versions
+// wrote are made final as steps of one table each.
+func TestCoverageLegacyEntries(t *testing.T) {
+	ctx := context.Background()
+	s, rdb := newStore(t)
+	k := meta.NewKeys("")
+	const topic = "flowlog.apply"
+	id := uint32(7)
+	for _, cmd := range [][]any{
+		{"RPUSH", k.CoveragePending(id), `{"seq":1,"kind":"since","table":5}`, `{"seq":2,"kind":"since","table":6}`, `{"seq":3,"kind":"until","table":5}`},
+		{"SET", k.CoverageSeq(id), "3"},
+		{"SADD", k.CoverageFlows(), "7"},
+		{"HSET", k.CoverageParts(id), "1/" + topic + "/0", "100", "2/" + topic + "/0", "100", "3/" + topic + "/0", "250"},
+		{"RPUSH", k.CoverageHistory(id), `{"table_id":6,"since":1,"until":2}`},
+	} {
+		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.FinalizeCoverage(ctx, topic, []int32{0}); err != nil {
+		t.Fatal(err)
+	}
+	cur, hist, err := s.Windows(ctx, meta.FlowID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cur[5]; w.Since != 100 || w.Until == nil || *w.Until != 250 {
+		t.Errorf("table 5: %+v, want (100, 250]", w)
+	}
+	if w := cur[6]; w.Since != 100 || w.Until != nil {
+		t.Errorf("table 6: %+v, want since 100, open", w)
+	}
+	if len(hist) != 1 || hist[0].TableID != 6 || hist[0].Since != 1 {
+		t.Errorf("history %+v, want the earlier version's list entry", hist)
+	}
+	if pending, _ := s.PendingCoverage(ctx); len(pending) != 0 {
+		t.Errorf("pending left: %+v", pending)
+	}
+}
