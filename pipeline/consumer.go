@@ -220,6 +220,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		return err
 	}
 	defer dec.close()
+	dec.onDefer = c.m.fetchDeferred.Inc
 	s.dec = dec
 	opts = append(opts, kgo.WithDecompressor(dec))
 	if st := c.cfg.SessionTimeout; st > 0 {

@@ -41,6 +41,7 @@ type batchDecompressor struct {
 	budget   int64
 	used     atomic.Int64 // bytes admitted since the last reset
 	deferred atomic.Int64 // batches refused for the budget, ever
+	onDefer  func()       // called for each of them (a counter), may be nil
 
 	zstd sync.Pool // *zstdStream
 	gz   sync.Pool // *gzip.Reader
@@ -109,8 +110,7 @@ func (d *batchDecompressor) Decompress(src []byte, codec kgo.CompressionCodecTyp
 		return src, nil
 	}
 	if d.used.Load() >= d.budget {
-		d.deferred.Add(1)
-		return nil, errFetchBudget
+		return nil, d.deferBatch()
 	}
 	out, err := d.decode(src, codec)
 	if err != nil {
@@ -122,10 +122,17 @@ func (d *batchDecompressor) Decompress(src []byte, codec kgo.CompressionCodecTyp
 	n := int64(len(out))
 	if total := d.used.Add(n); total > d.budget && total != n {
 		d.used.Add(-n)
-		d.deferred.Add(1)
-		return nil, errFetchBudget
+		return nil, d.deferBatch()
 	}
 	return out, nil
+}
+
+func (d *batchDecompressor) deferBatch() error {
+	d.deferred.Add(1)
+	if d.onDefer != nil {
+		d.onDefer()
+	}
+	return errFetchBudget
 }
 
 // errBatchTooLarge is decode's refusal of a batch past batchMax.
