@@ -92,6 +92,20 @@ func (r *stormRig) finalize() (calls, wrote int) {
 	}
 }
 
+// newWideFlow creates flow "wide" of tables a = 1..n, its windows final
+// since 100, and returns them with the other set b = n+1..2n.
+func newWideFlow(t *testing.T, n uint32) (r *stormRig, a, b []uint32, id meta.FlowID) {
+	t.Helper()
+	r = newStormRig(t)
+	a, b = stormTables(1, n), stormTables(n+1, n)
+	id = r.ddl(meta.OpCreate, a).FlowID
+	r.report(100, 100, 0)
+	if calls, wrote := r.finalize(); wrote != int(n) {
+		t.Fatalf("create finalized %d windows in %d calls, want %d", wrote, calls, n)
+	}
+	return r, a, b, id
+}
+
 // redisBytes is the memory Redis uses for data (INFO memory).
 func (r *stormRig) redisBytes() int64 {
 	info, err := r.rdb.Info(context.Background(), "memory").Result()
@@ -121,14 +135,7 @@ func TestCoverageReplaceStorm(t *testing.T) {
 	}
 	const n = 100_000
 	ctx := context.Background()
-	r := newStormRig(t)
-	a, b := stormTables(1, n), stormTables(n+1, n)
-	id := r.ddl(meta.OpCreate, a).FlowID
-	r.report(100, 100, 0)
-	calls, wrote := r.finalize()
-	if wrote != n {
-		t.Fatalf("create finalized %d windows in %d calls, want %d", wrote, calls, n)
-	}
+	r, a, b, id := newWideFlow(t, n)
 
 	var ms runtime.MemStats
 	runtime.GC()
@@ -149,7 +156,7 @@ func TestCoverageReplaceStorm(t *testing.T) {
 	}
 	stormBytes := r.redisBytes()
 	r.report(500, 400, pending[0].Entries[49].Seq) // one refresh crossed all 50
-	calls, wrote = r.finalize()
+	calls, wrote := r.finalize()
 	runtime.ReadMemStats(&ms)
 	t.Logf("50 replaces of %d tables applied in %v; Redis data %.1f MB with them pending; finalized in %d calls writing %d windows; %.0f MB allocated in all",
 		n, applied.Round(time.Millisecond), float64(stormBytes)/1e6, calls, wrote, float64(ms.TotalAlloc-before)/1e6)
@@ -192,11 +199,7 @@ func TestCoverageReplaceStormObserved(t *testing.T) {
 	}
 	const n = 100_000
 	ctx := context.Background()
-	r := newStormRig(t)
-	a, b := stormTables(1, n), stormTables(n+1, n)
-	id := r.ddl(meta.OpCreate, a).FlowID
-	r.report(100, 100, 0)
-	r.finalize()
+	r, a, b, id := newWideFlow(t, n)
 	maxCalls := 0
 	for i := range 6 {
 		set := b

@@ -16,14 +16,7 @@ func TestCoverageWindowsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	const topic = "flowlog.apply"
-	var leases []meta.Lease
-	for p := range int32(2) {
-		l, err := s.AcquireLease(ctx, topic, p, "m")
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, l)
-	}
+	leases := leasesOf(t, s, topic, 2)
 	withRecords := []int32{0, 1}
 	report := func(id meta.FlowID, vals map[int32]uint64, idle ...int32) {
 		t.Helper()
@@ -163,14 +156,7 @@ func TestCoverageCellsFollowEveryPartition(t *testing.T) {
 			ctx := context.Background()
 			s, _ := newStore(t)
 			const topic = "flowlog.apply"
-			var leases []meta.Lease
-			for p := range int32(2) {
-				l, err := s.AcquireLease(ctx, topic, p, "m")
-				if err != nil {
-					t.Fatal(err)
-				}
-				leases = append(leases, l)
-			}
+			leases := leasesOf(t, s, topic, 2)
 			commit := func(reps ...meta.CoverageReport) {
 				t.Helper()
 				if err := s.Commit(ctx, meta.Commit{Leases: leases, Coverage: reps}); err != nil {
@@ -329,4 +315,18 @@ func TestCoverageLegacyEntries(t *testing.T) {
 	if pending, _ := s.PendingCoverage(ctx); len(pending) != 0 {
 		t.Errorf("pending left: %+v", pending)
 	}
+}
+
+// leasesOf takes the leases of partitions 0..n-1 of topic for member "m".
+func leasesOf(t *testing.T, s *meta.Store, topic string, n int32) []meta.Lease {
+	t.Helper()
+	var leases []meta.Lease
+	for p := range n {
+		l, err := s.AcquireLease(context.Background(), topic, p, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	return leases
 }
