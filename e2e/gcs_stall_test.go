@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +14,9 @@ import (
 // TestGCSStallFatal: a GCS that accepts every write and never answers. With
 // --gcs-request-timeout 500ms each upload fails as an attempt (counted in
 // flush_failures_total), --fatal-after 3 failed cycles make the flow fatal,
-// as for any other GCS failure; once GCS answers again and the flow is
-// resumed, everything is backed up exactly once.
+// as for any other GCS failure. With every request stalled, /readyz names
+// GCS within its deadline. Once GCS answers again and the flow is resumed,
+// everything is backed up exactly once.
 func TestGCSStallFatal(t *testing.T) {
 	const partitions = 2
 	c := startCluster(t, partitions)
@@ -44,6 +47,24 @@ func TestGCSStallFatal(t *testing.T) {
 	}
 	t.Logf("fatal %v after the first hung write, %d writes hung, %v failed cycles; error %q",
 		took.Round(time.Millisecond), proxy.hangs.Load(), failures, st.Error)
+
+	// Every request stalled, reads too: /readyz names GCS, and only GCS,
+	// within its deadline (here the 500 ms request timeout fails the check
+	// before the probe deadline calls it slow), and /status answers within
+	// the deadline as well.
+	proxy.setLatency(time.Minute)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		code, body, took := healthGet(t, cons.Addr, "/readyz")
+		if took > 1500*time.Millisecond {
+			t.Errorf("/readyz with GCS stalled took %v, want within 1s", took)
+		}
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "gcs: ") && !strings.Contains(body, "redis") && !strings.Contains(body, "kafka"),
+			fmt.Sprintf("/readyz with GCS stalled: %d %q", code, body)
+	})
+	if _, _, took := healthGet(t, cons.Addr, "/status"); took > 1500*time.Millisecond {
+		t.Errorf("/status with GCS stalled took %v, want within 1s", took)
+	}
+	proxy.setLatency(0)
 
 	proxy.setFaults(0, fault503)
 	runProducer(t, "flow", "resume", "--brokers", c.Broker.Addr, "--name", faultFlow)
