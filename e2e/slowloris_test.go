@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
+	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 )
 
@@ -94,7 +95,7 @@ func TestHostileSlowloris(t *testing.T) {
 	if got := procLimit(pid, "Max open files"); got != nofile {
 		t.Fatalf("consumer runs with an open file limit of %d, want %d", got, nofile)
 	}
-	fds := sampleProcFDs(t, pid)
+	fds := testenv.SampleFDs(t, pid, 20*time.Millisecond)
 	lor := startSlowloris(t, cons.Addr, attack)
 	// The attack is on before the load, and long enough for the server to
 	// have dropped some slow clients (each reconnects at once).
@@ -111,7 +112,7 @@ func TestHostileSlowloris(t *testing.T) {
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", meta.NewStore(c.Redis.Client(t), "flowlog", nil), 4)
 	dials := lor.dials.Load()
 	lor.stop()
-	peak := fds.halt()
+	peak := fds.Halt()
 	t.Logf("%d events of the flow backed up in %d chunks (%d duplicates) in %v during a slowloris of %d connections (%d opened in all); open descriptors peaked at %d of %d",
 		want.total, got.chunks, dup, took.Round(time.Millisecond), attack, dials, peak, nofile)
 	if peak >= nofile {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,46 +18,12 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// silentServer accepts connections and reads what they send without ever
-// answering: a GCS that took the connection and hung. It returns its
-// address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // TestRequestTimeoutSilentServer: against a server that accepts and never
 // answers, every kind of request fails with ErrStalled after about the
 // request timeout, instead of hanging until the caller's context ends.
 func TestRequestTimeoutSilentServer(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	b, err := gcs.New(context.Background(), gcs.Config{Bucket: "b", Endpoint: silentServer(t), RequestTimeout: timeout})
+	b, err := gcs.New(context.Background(), gcs.Config{Bucket: "b", Endpoint: testenv.SilentAddr(t), RequestTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
