@@ -67,7 +67,22 @@ type Config struct {
 	// (--max-clock-skew, shared with the operator commands, which refuse a
 	// restore ts past it). Zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
+	// Layout is the bucket layout new cycles are written in: LayoutV1 (a
+	// data object, a meta and a checkpoint object per flow per cycle) or
+	// LayoutV2 (one data object and one meta per cycle for every flow, one
+	// global checkpoint object, per-flow catalogs; docs/FORMAT.md, "Layout
+	// v2"). Empty means LayoutV1.
+	Layout string
 }
+
+// Bucket layouts of --layout.
+const (
+	LayoutV1 = "v1"
+	LayoutV2 = "v2"
+)
+
+// v2 reports whether cycles are written in layout v2.
+func (c *Config) v2() bool { return c.Layout == LayoutV2 }
 
 // DefaultMaxClockSkew is --max-clock-skew's default: far more than NTP-synced
 // clocks disagree, far less than a heartbeat that claims the year 4199.
@@ -102,6 +117,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token POST /flush requires (better set FLOWLOG_ADMIN_TOKEN or --admin-token-file: flags show in ps); empty: /flush only from loopback")
+	f.StringVar(&c.Layout, "layout", LayoutV1, "bucket layout of new backups: v1 (objects per flow per cycle) or v2 (one data object and meta per cycle for every flow, a global checkpoint object, per-flow catalogs); a v1 backup continues under v2 without a rewrite")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the bearer token POST /flush requires (surrounding whitespace ignored)")
 }
 
@@ -146,6 +162,9 @@ func (c *Config) Validate() error {
 	}
 	if !validID(c.StoreID) {
 		errs = append(errs, fmt.Errorf("--store-id: %q must match [A-Za-z0-9_-]{1,64}", c.StoreID))
+	}
+	if c.Layout != "" && c.Layout != LayoutV1 && c.Layout != LayoutV2 {
+		errs = append(errs, fmt.Errorf("--layout: %q is neither v1 nor v2", c.Layout))
 	}
 	if c.Compression != "none" && c.Compression != "zstd" {
 		errs = append(errs, fmt.Errorf("--compression: %q is neither none nor zstd", c.Compression))
