@@ -25,7 +25,7 @@ import (
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
 	topic := c.d.ApplyTopic
-	ends, err := f.s.adm.ListEndOffsets(ctx, topic)
+	ends, err := f.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
@@ -41,7 +41,7 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	starts, err := f.s.adm.ListStartOffsets(ctx, topic)
+	starts, err := f.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
@@ -161,17 +161,6 @@ func putCheckpoint(ctx context.Context, b sink.Bucket, name string, ts uint64) e
 // resume clears a flow's fatal state after a resume DDL, so fetching
 // restarts and the failed cycle is retried at once.
 func (f *flusher) resume(id meta.FlowID) {
-	c := f.c
-	f.mu.Lock()
-	delete(f.failures, id)
-	f.mu.Unlock()
-	c.mu.Lock()
-	wasFatal := c.fatal[id]
-	delete(c.fatal, id)
-	c.mu.Unlock()
-	if fl, ok := c.d.Registry.Flow(id); ok && wasFatal {
-		c.m.flowFatal.WithLabelValues(flowLabel(fl.Info.CatalogName, fl.Info.FlowName)).Set(0)
-		c.log.Info("flow resumed by DDL; retrying its flush", "flow", flowLabel(fl.Info.CatalogName, fl.Info.FlowName))
-	}
+	f.c.fatal.resumed(id)
 	f.kick()
 }

@@ -9,25 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/flowlog/flowlog/meta"
 )
-
-// partCommit is a partition's part of a cycle: the offsets [from, to) it
-// consumed since the previous cycle and its checkpoint at the freeze.
-type partCommit struct {
-	lease    meta.Lease
-	from, to int64
-	stored   int64 // offset:<topic>:<p> as the commit must find it (-1: absent)
-	ckpt     uint64
-	hasCkpt  bool
-	idle     bool // no live region: left out of the global checkpoint
-	maxTS    uint64
-	regions  map[uint64]uint64
-}
 
 // cycle is one frozen generation on its way to GCS and the commit.
 type cycle struct {
@@ -54,6 +42,18 @@ type cycle struct {
 
 	done chan struct{}
 	err  error
+	// waiters are told the cycle's outcome when it is done (POST /flush):
+	// each channel has room for it.
+	waiters []chan<- error
+}
+
+// complete records the cycle's outcome and tells whoever waits for it.
+func (cyc *cycle) complete(err error) {
+	cyc.err = err
+	close(cyc.done)
+	for _, w := range cyc.waiters {
+		w <- err
+	}
 }
 
 // discard removes the cycle's temp files.
@@ -63,13 +63,15 @@ func (cyc *cycle) discard() {
 	}
 }
 
-// flusher runs cycles one at a time, in freeze order, on its own goroutine.
-// A cycle is retried with backoff until it commits; its files stay on disk
-// until then. Cycles queue behind it while the consume loop goes on, bounded
-// by --max-temp-bytes (the loop pauses fetching past it).
+// flusher runs cycles one at a time, in freeze order, on its own goroutine
+// (start; runSession owns it and waits for it to end). A cycle is retried
+// with backoff until it commits; its files stay on disk until then. Cycles
+// queue behind it while the consume loop goes on, bounded by
+// --max-temp-bytes (the loop pauses fetching past it).
 type flusher struct {
-	c *Consumer
-	s *session
+	c   *Consumer
+	cl  *kgo.Client  // the session's group client: Kafka offset commits
+	adm *kadm.Client // on cl: end and start offsets for the checkpoint
 
 	mu       sync.Mutex
 	queue    []*cycle
@@ -78,7 +80,6 @@ type flusher struct {
 	closed   bool
 	err      error // a fencing failure: the session must end
 	inflight []*cycle
-	failures map[meta.FlowID]int
 	// kafkaPending are the Redis-committed offsets not yet acknowledged by
 	// Kafka's group coordinator, by apply partition.
 	kafkaPending map[int32]int64
@@ -88,21 +89,34 @@ type flusher struct {
 	kafkaGone map[int32]bool
 }
 
-func newFlusher(c *Consumer, s *session) *flusher {
-	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}, kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
+func newFlusher(c *Consumer) *flusher {
+	return &flusher{c: c, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
+}
+
+// start runs the flusher on a goroutine of its own with the session's
+// clients, until close and an empty queue or ctx's end; done is closed when
+// it has returned.
+func (f *flusher) start(ctx context.Context, cl *kgo.Client, adm *kadm.Client) (done <-chan struct{}) {
+	f.cl, f.adm = cl, adm
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		f.run(ctx)
+	}()
+	return ch
 }
 
 // enqueue hands a frozen cycle over. It never blocks.
 func (f *flusher) enqueue(cyc *cycle) {
 	f.mu.Lock()
 	if f.err != nil || f.closed {
-		cyc.err = errors.New("flusher stopped")
+		err := errors.New("flusher stopped")
 		if f.err != nil {
-			cyc.err = f.err
+			err = f.err
 		}
-		close(cyc.done)
 		f.mu.Unlock()
 		cyc.discard()
+		cyc.complete(err)
 		return
 	}
 	f.queue = append(f.queue, cyc)
@@ -141,11 +155,6 @@ func (f *flusher) failure() error {
 	return f.err
 }
 
-func (f *flusher) wait(cyc *cycle) error {
-	<-cyc.done
-	return cyc.err
-}
-
 func (f *flusher) waitCtx(ctx context.Context, cyc *cycle) error {
 	select {
 	case <-cyc.done:
@@ -177,12 +186,6 @@ func (f *flusher) inflightByFlow() map[string]float64 {
 	return out
 }
 
-func (f *flusher) anyFatal() bool {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	return len(f.c.fatal) > 0
-}
-
 func (f *flusher) next() *cycle {
 	for {
 		f.mu.Lock()
@@ -202,7 +205,6 @@ func (f *flusher) next() *cycle {
 }
 
 func (f *flusher) finish(cyc *cycle, err error) {
-	cyc.err = err
 	f.mu.Lock()
 	for i, c := range f.inflight {
 		if c == cyc {
@@ -212,7 +214,7 @@ func (f *flusher) finish(cyc *cycle, err error) {
 	}
 	f.c.m.inflightCycles.Set(float64(len(f.inflight)))
 	f.mu.Unlock()
-	close(cyc.done)
+	cyc.complete(err)
 }
 
 // run processes cycles until close is called and the queue is empty, or ctx
@@ -334,7 +336,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		}
 	}
 	c.m.flushDuration.WithLabelValues("commit").Observe(time.Since(start).Seconds())
-	f.recovered(cyc)
+	f.c.fatal.committed(cyc.flowsOf())
 	c.tempFault.Store(nil)
 
 	start = time.Now()
@@ -382,7 +384,7 @@ func (f *flusher) commitKafka(ctx context.Context, cyc *cycle) {
 	f.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	f.s.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	f.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			f.c.log.Warn("kafka offset commit failed (Redis holds the offsets); retried next cycle", "err", err)
 			return

@@ -36,6 +36,7 @@ type session struct {
 	adm    *kadm.Client
 	fl     *flusher
 	router *Router
+	sizer  *fetchSizer // the client's fetch size hook
 
 	mu      sync.Mutex
 	parts   map[int32]*partState
@@ -225,8 +226,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	}
 	switch {
 	case req != nil:
-		cyc := s.freeze(triggerRequest)
-		go func() { req <- s.fl.wait(cyc) }()
+		s.freeze(triggerRequest, req)
 	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
 	case time.Since(s.last) >= c.cfg.cycleInterval():
@@ -241,12 +241,13 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 // is fatal, and resumes it after.
 func (s *session) backpressure() {
 	over, tooMany := s.overBudget()
-	stop := over || tooMany || s.fl.anyFatal()
+	fatal := s.c.fatal.any()
+	stop := over || tooMany || fatal
 	switch {
 	case stop && !s.paused:
 		s.paused = true
 		s.cl.PauseFetchTopics(s.c.d.ApplyTopic)
-		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "temp_files_over_limit", tooMany, "fatal_flow", s.fl.anyFatal())
+		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "temp_files_over_limit", tooMany, "fatal_flow", fatal)
 	case !stop && s.paused:
 		s.paused = false
 		s.cl.ResumeFetchTopics(s.c.d.ApplyTopic)
@@ -443,8 +444,9 @@ func (s *session) toDLQ(ctx context.Context, r *kgo.Record, events int, reason s
 }
 
 // freeze ends the current generation and hands it, with the offsets and
-// resolved ts it covers, to the flusher as one cycle. Must hold s.mu.
-func (s *session) freeze(trigger string) *cycle {
+// resolved ts it covers, to the flusher as one cycle; waiters are told its
+// outcome. Must hold s.mu.
+func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	c := s.c
 	now := time.Now()
 	gen := s.gen
@@ -459,6 +461,7 @@ func (s *session) freeze(trigger string) *cycle {
 		bytes:   gen.bytes,
 		mem:     mem,
 		done:    make(chan struct{}),
+		waiters: waiters,
 	}
 	cyc.id = fmt.Sprintf("%d-%s-%d", now.UnixMilli(), c.cfg.StoreID, cyc.seq)
 	for _, f := range cyc.files {

@@ -75,11 +75,8 @@ func (c *Consumer) Status() Status {
 	s := c.cur
 	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
 		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
-	fatal := make(map[uint32]bool, len(c.fatal))
-	for id := range c.fatal {
-		fatal[id] = true
-	}
 	c.mu.Unlock()
+	fatal := c.fatal.ids()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, f := range c.d.Registry.Flows() {

@@ -99,7 +99,7 @@ func (f *flusher) uploadAll(ctx context.Context, cyc *cycle) error {
 			continue
 		}
 		failed = append(failed, err)
-		f.flowFailed(ctx, fu.flow, err)
+		f.c.fatal.failed(ctx, []*meta.Flow{fu.flow}, err)
 	}
 	return errors.Join(failed...)
 }
@@ -265,71 +265,11 @@ func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
 	return nil
 }
 
-// flowFailed counts a failed cycle for a flow and makes it fatal at the
-// limit: state in Redis, the flow_fatal gauge, an error log; the consume
-// loop pauses fetching while any flow is fatal.
-func (f *flusher) flowFailed(ctx context.Context, fl *meta.Flow, err error) {
-	c := f.c
-	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-	c.m.flushFailures.WithLabelValues(label).Inc()
-	f.mu.Lock()
-	f.failures[fl.ID]++
-	n := f.failures[fl.ID]
-	f.mu.Unlock()
-	c.mu.Lock()
-	already := c.fatal[fl.ID]
-	c.mu.Unlock()
-	if n < c.cfg.FatalAfter || already {
-		return
+// flowsOf returns the flows of the cycle's uploads.
+func (cyc *cycle) flowsOf() []*meta.Flow {
+	out := make([]*meta.Flow, len(cyc.flows))
+	for i, fu := range cyc.flows {
+		out[i] = fu.flow
 	}
-	if _, ok := c.d.Registry.Flow(fl.ID); !ok {
-		// Dropped: the cycle still owes its objects (the data before the
-		// drop) and keeps retrying, but a flow that is gone cannot be
-		// resumed, so it never stops fetching.
-		c.log.Warn("flush of a dropped flow keeps failing; retrying", "flow", label, "flow_id", fl.ID, "failed_cycles", n, "err", err)
-		return
-	}
-	// Redis first: the fatal flag follows flow:state, which every replica
-	// sees and which a resume or a drop clears (session.observeFlows).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := c.d.Store.SetFlowFatal(sctx, fl.ID, err.Error()); err != nil {
-		c.log.Warn("recording the fatal state in Redis failed", "flow", label, "err", err)
-	}
-	c.mu.Lock()
-	c.fatal[fl.ID] = true
-	c.mu.Unlock()
-	c.m.flowFatal.WithLabelValues(label).Set(1)
-	c.log.Error("flow is fatal: fetching stopped until a retry succeeds or the flow is resumed",
-		"flow", label, "failed_cycles", n, "err", err)
-}
-
-// recovered clears failure counts and the fatal state of the cycle's flows
-// after it committed.
-func (f *flusher) recovered(cyc *cycle) {
-	c := f.c
-	for _, fu := range cyc.flows {
-		f.mu.Lock()
-		delete(f.failures, fu.flow.ID)
-		f.mu.Unlock()
-		c.mu.Lock()
-		wasFatal := c.fatal[fu.flow.ID]
-		delete(c.fatal, fu.flow.ID)
-		c.mu.Unlock()
-		// A flow another replica (or an earlier session) made fatal is
-		// active again once a cycle of it commits here.
-		if cur, ok := c.d.Registry.Flow(fu.flow.ID); ok && cur.Status == meta.StatusFatal {
-			wasFatal = true
-		}
-		if wasFatal {
-			label := flowLabel(fu.flow.Info.CatalogName, fu.flow.Info.FlowName)
-			c.m.flowFatal.WithLabelValues(label).Set(0)
-			c.log.Info("flow recovered: a flush cycle succeeded", "flow", label)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := c.d.Store.SetFlowActive(ctx, fu.flow.ID); err != nil {
-				c.log.Warn("recording the active state in Redis failed", "flow", label, "err", err)
-			}
-			cancel()
-		}
-	}
+	return out
 }
