@@ -58,6 +58,28 @@ func (r *Router) Route(encoded []byte) (flows []*meta.Flow, table int64, isMeta 
 	}
 }
 
+// RouteSet is Route returning the flows as their set (meta.FlowSet), as
+// layout v2 stores an event: once, for every flow that routed it.
+func (r *Router) RouteSet(encoded []byte) (set *meta.FlowSet, table int64, isMeta bool, reason string) {
+	kind, table := event.Classify(encoded)
+	switch kind {
+	case event.KindTable:
+		if set = r.reg.SetForTable(table); set == nil {
+			return nil, table, false, reasonNoFlow
+		}
+		return set, table, false, ""
+	case event.KindMeta:
+		if set = r.reg.AllSet(); set == nil {
+			return nil, 0, true, reasonNoFlow
+		}
+		return set, 0, true, ""
+	case event.KindBadTable:
+		return nil, 0, false, reasonBadKey
+	default:
+		return nil, 0, false, reasonNoTbl
+	}
+}
+
 // Selector picks flows the way TiKV's log-backup router selects tasks: by
 // name, by a key, by a key range, or all.
 type Selector struct {
