@@ -88,7 +88,8 @@ type CoverageReport struct {
 }
 
 // PendingFlow is a flow with pending coverage entries, and its definition
-// as Redis holds it now (Exists false: dropped).
+// as Redis holds it now (Exists false: dropped; Info is then the last
+// definition its drop recorded, if any).
 type PendingFlow struct {
 	ID      FlowID
 	Exists  bool
@@ -198,10 +199,11 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 		}
 		id := FlowID(id64)
 		var lr *redis.StringSliceCmd
-		var ir *redis.StringCmd
+		var ir, last *redis.StringCmd
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			lr = p.LRange(ctx, k.CoveragePending(id), 0, -1)
 			ir = p.Get(ctx, k.FlowInfo(id))
+			last = p.HGet(ctx, k.CatalogRev(id), "info")
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -213,6 +215,10 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 				return nil, err
 			}
 			pf.Exists = true
+		} else if raw, err := last.Result(); err == nil {
+			if pf.Info, err = decodeInfo(k.CatalogRev(id), raw); err != nil {
+				return nil, err
+			}
 		}
 		for _, raw := range lr.Val() {
 			var e CoverageEntry
@@ -237,18 +243,8 @@ func (s *Store) Windows(ctx context.Context, id FlowID) (current map[uint32]Wind
 	if err != nil {
 		return nil, nil, fmt.Errorf("hgetall %s: %w", k.Coverage(id), err)
 	}
-	current = make(map[uint32]Window, len(cur))
-	for f, v := range cur {
-		t, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: table %q: %w", k.Coverage(id), f, err)
-		}
-		var w Window
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, nil, fmt.Errorf("%s: table %d: %w", k.Coverage(id), t, err)
-		}
-		w.TableID = uint32(t)
-		current[uint32(t)] = w
+	if current, err = parseWindows(k.Coverage(id), cur); err != nil {
+		return nil, nil, err
 	}
 	hist, err := s.rdb.LRange(ctx, k.CoverageHistory(id), 0, -1).Result()
 	if err != nil {
@@ -420,6 +416,7 @@ func (s *Store) finalizeTx(ctx context.Context, tx *redis.Tx, id FlowID, topic s
 		if len(done) == len(pend) {
 			p.SRem(ctx, k.CoverageFlows(), u32(id))
 		}
+		markCatalog(ctx, p, k, id)
 		return nil
 	}, nil
 }
