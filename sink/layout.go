@@ -117,7 +117,9 @@ type Meta struct {
 }
 
 // MetaFlow is a flow a version 2 meta serves: its id and its catalog and
-// name when the cycle was frozen.
+// name when the cycle was frozen. A flow with coverage reports and no chunk
+// in the meta may have neither catalog nor name: one dropped before its
+// writer started, whose drop recorded no definition.
 type MetaFlow struct {
 	FlowID  uint32 `json:"flow_id"`
 	Catalog string `json:"catalog"`
@@ -343,6 +345,7 @@ func (m *Meta) validateV2() []error {
 	seen := make(map[uint32]bool, len(m.Flows))
 	for i, f := range m.Flows {
 		switch {
+		case f.Catalog == "" && f.Name == "" && !m.hasChunkOf(f.FlowID):
 		case !ValidName(f.Catalog) || !ValidName(f.Name):
 			errs = append(errs, fmt.Errorf("flows[%d]: invalid flow %q/%q", i, f.Catalog, f.Name))
 		case seen[f.FlowID]:
@@ -361,6 +364,16 @@ func (m *Meta) validateV2() []error {
 		}
 	}
 	return errs
+}
+
+// hasChunkOf reports whether a file of m lists flow id (version 2).
+func (m *Meta) hasChunkOf(id uint32) bool {
+	for i := range m.Files {
+		if _, ok := slices.BinarySearch(m.Files[i].FlowIDs, id); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // validateFlows checks a file's flow ids: none in a version 1 meta; in a
