@@ -167,6 +167,7 @@ func TestAlwaysFailingStorageMakesFlowFatal(t *testing.T) {
 		return err == nil && st.Status == meta.StatusActive
 	}, "flow active again")
 	r.eventually(10*time.Second, func() bool { return r.cons.Stalled() == nil }, "stall cleared after recovery")
+	r.waitHandled(2) // fetching resumed: the record produced while fatal
 	r.flush()
 	_, got := r.entries(id)
 	if len(got) != 25 {

@@ -28,6 +28,7 @@ type metrics struct {
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
+	catalogsWritten prometheus.Counter
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -124,11 +125,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "fetch_max_bytes",
 			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
 		}),
+		catalogsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "catalogs_written_total",
+			Help: "Flow catalog objects uploaded (layout v2): one per change of a flow's definition, coverage windows, truncation point or snapshots.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes, m.catalogsWritten)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

@@ -68,3 +68,13 @@ type partCommit struct {
 	maxTS    uint64
 	regions  map[uint64]uint64
 }
+
+// commit is what the cycle's commit writes for the partition: compare-and-set
+// on the offset it started from.
+func (p partCommit) commit() meta.PartitionCommit {
+	return meta.PartitionCommit{
+		Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
+		Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions, MaxTS: p.maxTS,
+		CheckFrom: true, From: p.stored,
+	}
+}

@@ -117,12 +117,21 @@ func (c *Consumer) Status() Status {
 	return st
 }
 
-// Stalled returns an error when the consume loop has handled no record for
-// --stall-timeout although records wait (a DLQ that refuses, a fatal flow, a
-// flush that never ends), and nil otherwise.
+// Stalled returns an error when a flush cycle keeps failing (flusher.stuck),
+// or when the consume loop has handled no record for --stall-timeout
+// although records wait (a DLQ that refuses, a fatal flow, a flush that
+// never ends), and nil otherwise.
 func (c *Consumer) Stalled() error {
 	if p := c.tempFault.Load(); p != nil {
 		return fmt.Errorf("temp files cannot be written (nothing committed since): %w", *p)
+	}
+	c.mu.Lock()
+	s := c.cur
+	c.mu.Unlock()
+	if s != nil {
+		if err := s.fl.stuck(); err != nil {
+			return err
+		}
 	}
 	if c.cfg.StallTimeout <= 0 {
 		return nil

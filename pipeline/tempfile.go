@@ -40,11 +40,16 @@ func putBuf(b []byte) {
 	}
 }
 
-// fileKey identifies one temp file of a generation: DESIGN section 5 keys
-// files by (kafka partition, flow, table, region, cf, op, is_meta).
+// fileKey identifies one temp file of a generation: (kafka partition,
+// flow, table, region, cf, op, is_meta) in layout v1, where each flow of an
+// event gets its own copy; in layout v2 the flow is the set of flows that
+// routed the event (set; flow is 0), so that an event is written once
+// however many flows cover its table. A set changes when a DDL changes the
+// flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
+	set       *meta.FlowSet
 	table     int64
 	region    uint64
 	cf        event.CF
@@ -74,7 +79,7 @@ type fileKey struct {
 // generation is current, the flusher once frozen.
 type tempFile struct {
 	key  fileKey
-	flow *meta.Flow
+	flow *meta.Flow // layout v1: the flow; nil in layout v2 (key.set)
 	seg  *segment
 	ext  []extent // where its stored bytes are in seg, in order
 
@@ -128,8 +133,24 @@ func (t *tempFile) name() string {
 	if t.key.isMeta {
 		meta = "-meta"
 	}
-	return fmt.Sprintf("f%d-p%d-t%d-r%d-%s-%s%s", t.key.flow, t.key.partition, t.key.table, t.key.region,
+	flow := fmt.Sprintf("f%d", t.key.flow)
+	if s := t.key.set; s != nil {
+		flow = fmt.Sprintf("s%d+%d", s.IDs[0], len(s.IDs)-1)
+	}
+	return fmt.Sprintf("%s-p%d-t%d-r%d-%s-%s%s", flow, t.key.partition, t.key.table, t.key.region,
 		sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
+}
+
+// eachFlow calls fn with every flow of the file: its flow in layout v1,
+// the flows of its set in layout v2.
+func (t *tempFile) eachFlow(fn func(*meta.Flow)) {
+	if t.flow != nil {
+		fn(t.flow)
+		return
+	}
+	for _, f := range t.key.set.Flows {
+		fn(f)
+	}
 }
 
 // open takes a write buffer.
