@@ -183,7 +183,9 @@ func (w *Writer) catalogOf(st meta.CatalogState) (sink.Catalog, bool) {
 	for _, s := range st.Snapshots {
 		c.Snapshots = append(c.Snapshots, sink.CatalogSnapshot{TS: s.TS, Path: s.Path})
 	}
-	slices.SortFunc(c.Snapshots, func(a, b sink.CatalogSnapshot) int { return cmp.Or(cmp.Compare(a.TS, b.TS), cmp.Compare(a.Path, b.Path)) })
+	slices.SortFunc(c.Snapshots, func(a, b sink.CatalogSnapshot) int {
+		return cmp.Or(cmp.Compare(a.TS, b.TS), cmp.Compare(a.Path, b.Path))
+	})
 	if d := st.DDL; d != nil {
 		c.DDL = &sink.CatalogDDL{Topic: d.Topic, Partition: d.Partition, Next: d.NextOffset}
 	}
