@@ -209,6 +209,9 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 	id := r.createFlow("ck", 4)
 	ctx := context.Background()
 	name := sink.CheckpointPath("backup", "default", "ck", "g", id)
+	if r.cfg.Layout == pipeline.LayoutV2 {
+		name = sink.CheckpointPathV2("backup", "g")
+	}
 
 	// A cycle with no data (only a heartbeat) still reports its resolved ts.
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(1000)})
