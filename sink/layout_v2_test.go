@@ -84,16 +84,17 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 		t.Errorf("round trip lost partition or coverage state: %+v", got)
 	}
 	for name, mutate := range map[string]func(*Meta){
-		"no flow ids":       func(m *Meta) { m.Files[0].FlowIDs = nil },
-		"unsorted flow ids": func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
-		"unknown flow id":   func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
-		"flow of its own":   func(m *Meta) { m.FlowID = 3 },
-		"flow twice":        func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
-		"bad flow name":     func(m *Meta) { m.Flows[0].Name = "a/b" },
-		"report of no flow": func(m *Meta) { m.Coverage[0].FlowID = 9 },
-		"idle and ckpt":     func(m *Meta) { m.Partitions[0].Idle = true },
-		"bad store id":      func(m *Meta) { m.StoreID = "" },
-		"version 3":         func(m *Meta) { m.Version = 3 },
+		"no flow ids":        func(m *Meta) { m.Files[0].FlowIDs = nil },
+		"unsorted flow ids":  func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
+		"unknown flow id":    func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
+		"flow of its own":    func(m *Meta) { m.FlowID = 3 },
+		"flow twice":         func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
+		"bad flow name":      func(m *Meta) { m.Flows[0].Name = "a/b" },
+		"unnamed with chunk": func(m *Meta) { m.Flows[0].Catalog, m.Flows[0].Name = "", "" },
+		"report of no flow":  func(m *Meta) { m.Coverage[0].FlowID = 9 },
+		"idle and ckpt":      func(m *Meta) { m.Partitions[0].Idle = true },
+		"bad store id":       func(m *Meta) { m.StoreID = "" },
+		"version 3":          func(m *Meta) { m.Version = 3 },
 		"v1 with v2 flow id": func(m *Meta) {
 			m.Version, m.Flow, m.FlowID, m.Flows, m.Coverage, m.Partitions = MetaVersion, "a", 3, nil, nil, nil
 		},
@@ -104,6 +105,21 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 		if _, err := EncodeMeta(m); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A flow with coverage reports and no chunk may go unnamed: one dropped
+// before the meta's writer knew it, whose drop recorded no definition.
+func TestMetaV2UnnamedReportOnlyFlow(t *testing.T) {
+	m := validV2Meta()
+	m.Flows = append(m.Flows, MetaFlow{FlowID: 7})
+	m.Coverage = append(m.Coverage, CoverageReport{FlowID: 7, Seq: 2, Topic: "t", Partition: 0, Idle: true})
+	if _, err := EncodeMeta(m); err != nil {
+		t.Fatalf("a report-only flow without a name: %v", err)
+	}
+	m.Flows[2].Name = "x" // a name without a catalog is no name
+	if _, err := EncodeMeta(m); err == nil {
+		t.Fatal("a flow with a name and no catalog accepted")
 	}
 }
 
