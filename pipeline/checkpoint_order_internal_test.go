@@ -40,7 +40,6 @@ func (h *beforeMGet) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-
 // A checkpoint advance reads the partition checkpoints before it finalises
 // coverage windows. Here partition 1 commits its report for the removal of
 // table 1 (it stopped routing it at 60) together with a checkpoint of 200
@@ -113,7 +112,7 @@ func TestCheckpointReadBeforeCoverageFinalises(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Consumer{cfg: Config{MaxClockSkew: DefaultMaxClockSkew, Layout: LayoutV1, FatalAfter: 30},
-		d: Deps{ApplyTopic: testenv.ApplyTopic, Group: "g", Store: st, Registry: reg, Bucket: sink.NewMemBucket(), GCSPrefix: "backup"},
+		d:   Deps{ApplyTopic: testenv.ApplyTopic, Group: "g", Store: st, Registry: reg, Bucket: sink.NewMemBucket(), GCSPrefix: "backup"},
 		log: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
 	c.fatal = newFatal(st, reg, c.m, c.log, 30)
 	f := newFlusher(c)
