@@ -88,7 +88,7 @@ func (f *flusher) inflightCost() (cost int64, files int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.inflight {
-		cost += c.bytes + c.mem
+		cost += c.bytes + c.mem + c.raw
 		files += len(c.files)
 	}
 	return cost, files

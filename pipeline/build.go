@@ -104,13 +104,16 @@ func (f *flusher) build(cyc *cycle, u *upload) error {
 	}
 	var off int64
 	var crc uint32
-	var checked *segment
+	checked := map[*segment]bool{}
 	for i, tf := range u.files {
-		if tf.seg != checked {
-			if err := tf.seg.check(); err != nil {
+		for _, seg := range []*segment{tf.seg, tf.pack} {
+			if seg == nil || checked[seg] {
+				continue
+			}
+			if err := seg.check(); err != nil {
 				return fmt.Errorf("%s: build data object: %w", u.what(), err)
 			}
-			checked = tf.seg
+			checked[seg] = true
 		}
 		fm := fileMeta(tf, off)
 		m.Files = append(m.Files, fm)

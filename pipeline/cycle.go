@@ -18,6 +18,7 @@ type cycle struct {
 	files   []*tempFile
 	bytes   int64
 	mem     int64 // memory its files hold (tempFile.mem), counted in the temp budget
+	raw     int64 // bytes of its files' raw runs, counted again in the temp budget (pack.go)
 	parts   []partCommit
 	// coverage are the partition reports of pending coverage windows,
 	// covLeases the leases of their partitions and covFlows the flows the
@@ -147,6 +148,9 @@ func (f *flusher) seal(cyc *cycle) error {
 		if err := tf.close(); err != nil {
 			return fmt.Errorf("%w: %w", ErrTempWrite, err)
 		}
+	}
+	if err := packFiles(cyc.files); err != nil {
+		return err
 	}
 	if f.c.cfg.v2() {
 		cyc.uploads, cyc.flows = groupV2(cyc)

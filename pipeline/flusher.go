@@ -57,11 +57,13 @@ type failingCycle struct {
 }
 
 // maxInflightCycles bounds the frozen cycles waiting for their commit: past
-// it no size, files or interval trigger freezes another (the current
-// generation goes on growing within --max-temp-bytes) and fetching pauses.
-// A cycle that cannot upload (one that owes a dropped flow's data, say)
-// thus never makes the queue grow without end; the triggers a correct
-// backup needs (DDL, revoke, shutdown, POST /flush) still freeze.
+// it the interval trigger freezes no other and fetching pauses. A cycle
+// that cannot upload (one that owes a dropped flow's data, say) thus never
+// makes the queue grow without end while heartbeats keep coming. The size
+// and files triggers still freeze (they keep a cycle within --flush-size
+// and --max-cycle-files; --max-temp-bytes bounds what they can add), and so
+// do the triggers a correct backup needs (DDL, revoke, shutdown, POST
+// /flush).
 const maxInflightCycles = 8
 
 // full reports whether maxInflightCycles cycles wait.

@@ -28,6 +28,7 @@ type generation struct {
 	seg     *segment
 	bytes   int64     // framed bytes of its files
 	mem     int64     // estimated memory of its files besides buffers (tempFile.mem)
+	raw     int64     // bytes of raw runs: the flusher writes their frames again (pack.go)
 	open    int       // files holding a buffer
 	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
@@ -44,8 +45,9 @@ func newGeneration(root string, id uint64, maxOpen int, compression string) *gen
 }
 
 // cost is what the generation counts against --flush-size and
-// --max-temp-bytes: its bytes plus the memory its files hold.
-func (g *generation) cost() int64 { return g.bytes + g.mem }
+// --max-temp-bytes: its bytes, the memory its files hold, and its raw runs
+// once more (their frames take disk too until the cycle commits).
+func (g *generation) cost() int64 { return g.bytes + g.mem + g.raw }
 
 // file returns the temp file of key, creating it on first use. (The key
 // holds the flow id, which keeps a flow dropped and created again under the
@@ -110,6 +112,7 @@ func (g *generation) forget(t *tempFile) {
 		g.open--
 	}
 	g.mem -= t.mem()
+	g.raw -= t.raw
 	if g.last == t {
 		g.last = nil
 	}

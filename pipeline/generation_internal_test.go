@@ -79,6 +79,9 @@ func testGenerationCap(t *testing.T, compression string) {
 	}
 
 	files, sealedMem := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
 	if len(files) != nFiles-1 || sealedMem != g.mem {
 		t.Fatalf("seal gave %d files holding %d bytes, want %d files holding %d", len(files), sealedMem, nFiles-1, g.mem)
 	}
@@ -116,7 +119,7 @@ func testGenerationCap(t *testing.T, compression string) {
 	}
 }
 
-// readChunkFile reads a sealed temp file from its segment as the flusher
+// readChunkFile reads a sealed and packed temp file from its segments as the flusher
 // does, checks its stored length and CRC32C, and returns its framed bytes,
 // decompressed if it is zstd.
 func readChunkFile(t *testing.T, tf *tempFile) []byte {
@@ -173,6 +176,9 @@ func testSealUnopened(t *testing.T, compression string) {
 		t.Fatal(err)
 	}
 	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
 	if len(files) != 1 || files[0] != tf {
 		t.Fatalf("seal gave %d files", len(files))
 	}
@@ -260,6 +266,12 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 				}
 			}
 			files, _ := g.seal()
+			if err := packFiles(files); err != nil {
+				t.Fatal(err)
+			}
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
 			if drains == 0 {
 				t.Fatalf("no drain ran: the test does not exercise them")
 			}
@@ -272,5 +284,54 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A compressed file whose buffer keeps going out before it is full (the
+// open-buffer cap gives it to another file between appends) gets no frame
+// per partial buffer: its partial buffers are raw runs, packed by the
+// flusher into frames of up to 32 KiB, so twenty 1 KiB appends, each
+// between two evictions, become one frame, and the chunk reads back as
+// appended.
+func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	var want []byte
+	var tf *tempFile
+	for i := range 20 {
+		for j, region := range []uint64{1, 2} { // region 2 takes region 1's buffer
+			key := fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
+			f, err := g.file(key, flow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := event.AppendDataKey(nil, event.RowKey(1, int64(i*2+j)), uint64(i+1))
+			v := bytes.Repeat([]byte{'a' + byte(i%26)}, 1000)
+			if err := f.append(k, v, uint64(i+1), 0); err != nil {
+				t.Fatal(err)
+			}
+			if region == 1 {
+				tf, want = f, event.AppendEntry(want, k, v)
+			}
+		}
+	}
+	files, _ := g.seal()
+	if tf.raw == 0 {
+		t.Fatal("no raw run: the test evicted no partial buffer")
+	}
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	if len(tf.ext) != 1 || tf.ext[0].seg == tf.seg || tf.raw != 0 {
+		t.Fatalf("chunk of %d bytes in %d extents (raw left %d), want one frame in the pack segment", tf.size, len(tf.ext), tf.raw)
+	}
+	if got := readChunkFile(t, tf); !bytes.Equal(got, want) {
+		t.Fatalf("packed chunk reads back %d bytes, want the %d appended", len(got), len(want))
+	}
+	for _, f := range files {
+		f.remove()
+	}
+	if _, err := os.Stat(tf.pack.path); !os.IsNotExist(err) {
+		t.Fatalf("pack segment left after its files were removed: %v", err)
 	}
 }

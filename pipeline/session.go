@@ -210,7 +210,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 			ps.next = r.Offset + 1
 			n++
 			c.progress.Store(time.Now().UnixNano())
-			if s.cycleFull() && !s.fl.full() {
+			if s.cycleFull() {
 				// Checked per record: one fetch can hold many
 				// thousand records of distinct regions.
 				s.freeze(triggerFiles)
@@ -232,10 +232,9 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	switch {
 	case req != nil:
 		s.freeze(triggerRequest, req)
-	case s.fl.full():
 	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
-	case time.Since(s.last) >= c.cfg.cycleInterval():
+	case time.Since(s.last) >= c.cfg.cycleInterval() && !s.fl.full():
 		s.freeze(triggerInterval)
 	}
 	s.backpressure()
@@ -486,6 +485,7 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 		files:   files,
 		bytes:   gen.bytes,
 		mem:     mem,
+		raw:     gen.raw,
 		done:    make(chan struct{}),
 		waiters: waiters,
 	}

@@ -81,7 +81,8 @@ type tempFile struct {
 	key  fileKey
 	flow *meta.Flow // layout v1: the flow; nil in layout v2 (key.set)
 	seg  *segment
-	ext  []extent // where its stored bytes are in seg, in order
+	pack *segment // the cycle's pack segment once its raw runs are packed
+	ext  []extent // where its stored bytes are, in order: in seg, or pack
 
 	g          *generation // the current generation holding it; nil once sealed
 	prev, next *tempFile   // links in g's list of open files, most recent first
@@ -93,8 +94,9 @@ type tempFile struct {
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
 
-	stored int64  // bytes on disk: the chunk's stored length
-	crc    uint32 // CRC32C of the bytes on disk
+	stored int64 // bytes on disk that are the chunk's, raw runs not yet packed included
+	crc    uint32 // CRC32C of the chunk's stored bytes, set by pack
+	raw    int64  // bytes of its raw runs not yet packed (pack.go)
 
 	pending [][]byte // full buffers queued for the generation's next drain (spill.go)
 	queued  bool     // in the generation's list of files with queued buffers
@@ -159,7 +161,9 @@ func (t *tempFile) open() {
 }
 
 // shut writes what is buffered and gives the buffer back; the hash and
-// stats stay. A failed write is also kept in t.err: the file has lost bytes
+// stats stay. A compressed file writes its partial buffer as a raw run, for
+// the flusher to pack with the file's other raw runs into few large frames
+// (pack.go). A failed write is also kept in t.err: the file has lost bytes
 // and its cycle must not commit.
 func (t *tempFile) shut() error {
 	if !t.active {
@@ -230,11 +234,19 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 // errSealed is an append to a file of a frozen generation: a bug.
 var errSealed = errors.New("temp file is sealed")
 
+// spill writes the partial buffer: as a raw run when the file is
+// compressed (pack.go), as its stored bytes otherwise.
 func (t *tempFile) spill() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
-	if err := t.write(t.buf); err != nil {
+	var err error
+	if t.zstd {
+		err = t.writeRaw(t.buf)
+	} else {
+		err = t.write(t.buf)
+	}
+	if err != nil {
 		return err
 	}
 	t.buf = t.buf[:0]
@@ -267,25 +279,46 @@ func (t *tempFile) write(raw []byte) error {
 }
 
 // writeOut hashes the framed bytes raw and writes out, what is stored for
-// them (raw itself, or its zstd frame), to the segment, keeping its extent,
-// the stored length and CRC32C.
+// them (raw itself, or its zstd frame), to the segment, keeping its extent
+// and the stored length.
 func (t *tempFile) writeOut(raw, out []byte) error {
 	t.hash.Write(raw)
-	if len(out) == 0 {
+	return t.store(t.seg, out, false)
+}
+
+// writeRaw hashes the framed bytes raw and writes them to the segment as a
+// raw run of a compressed file: pack turns its raw runs into frames.
+func (t *tempFile) writeRaw(raw []byte) error {
+	t.hash.Write(raw)
+	if err := t.store(t.seg, raw, true); err != nil {
+		return err
+	}
+	t.raw += int64(len(raw))
+	if t.g != nil {
+		t.g.raw += int64(len(raw))
+	}
+	return nil
+}
+
+// store writes p to seg and adds its extent, merged with the last one when
+// they are adjacent and of one kind.
+func (t *tempFile) store(seg *segment, p []byte, raw bool) error {
+	if len(p) == 0 {
 		return nil
 	}
-	off, err := t.seg.write(out)
+	off, err := seg.write(p)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", t.name(), err)
 	}
-	n := int64(len(out))
-	if k := len(t.ext) - 1; k >= 0 && t.ext[k].off+t.ext[k].len == off {
+	n := int64(len(p))
+	crc := sink.CRC32C(p)
+	if k := len(t.ext) - 1; k >= 0 && t.ext[k].seg == seg && t.ext[k].raw == raw && t.ext[k].off+t.ext[k].len == off {
+		t.ext[k].crc = sink.CombineCRC32C(t.ext[k].crc, crc, n)
 		t.ext[k].len += n
 	} else {
-		t.ext = append(t.ext, extent{off, n})
+		t.ext = append(t.ext, extent{seg: seg, off: off, len: n, crc: crc, raw: raw})
 	}
 	t.stored += n
-	t.crc = sink.UpdateCRC32C(t.crc, out)
 	return nil
 }
 
@@ -296,7 +329,7 @@ func (t *tempFile) seal() error {
 		return t.err
 	}
 	err := t.shut()
-	if err == nil && t.zstd && t.stored == 0 {
+	if err == nil && t.zstd && t.stored == 0 && t.raw == 0 {
 		// An empty compressed chunk is still one (empty) frame: a zstd
 		// reader expects at least one.
 		if err = t.write(nil); err != nil && t.err == nil {
@@ -310,7 +343,8 @@ func (t *tempFile) seal() error {
 
 // close seals the file (if its generation has not) and reports a write that
 // failed while it was closed or sealed, once: a retried cycle then finds the
-// short file when it builds the chunk (the size does not match).
+// short file when it builds the chunk (the size does not match). Its raw
+// runs are packed afterwards (flusher.pack).
 func (t *tempFile) close() error {
 	err := t.seal()
 	t.err = nil
@@ -331,6 +365,9 @@ func (t *tempFile) remove() {
 	if !t.removed {
 		t.removed = true
 		t.seg.release()
+		if t.pack != nil {
+			t.pack.release()
+		}
 	}
 }
 
