@@ -269,9 +269,6 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 			if err := packFiles(files); err != nil {
 				t.Fatal(err)
 			}
-	if err := packFiles(files); err != nil {
-		t.Fatal(err)
-	}
 			if drains == 0 {
 				t.Fatalf("no drain ran: the test does not exercise them")
 			}

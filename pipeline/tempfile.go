@@ -94,7 +94,7 @@ type tempFile struct {
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
 
-	stored int64 // bytes on disk that are the chunk's, raw runs not yet packed included
+	stored int64  // bytes on disk that are the chunk's, raw runs not yet packed included
 	crc    uint32 // CRC32C of the chunk's stored bytes, set by pack
 	raw    int64  // bytes of its raw runs not yet packed (pack.go)
 
