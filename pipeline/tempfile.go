@@ -40,12 +40,18 @@ func putBuf(b []byte) {
 	}
 }
 
+<<<<<<< HEAD
 // fileKey identifies one temp file of a generation: (kafka partition,
 // flow, table, region, cf, op, is_meta) in layout v1, where each flow of an
 // event gets its own copy; in layout v2 the flow is the set of flows that
 // routed the event (set; flow is 0), so that an event is written once
 // however many flows cover its table. A set changes when a DDL changes the
 // flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
+=======
+// fileKey identifies one temp file of a generation, the chunk of one
+// (kafka partition, flow, table, region, cf, op, is_meta) in the flow's
+// data object (docs/FORMAT.md, "Data objects and chunks").
+>>>>>>> main
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
@@ -59,7 +65,7 @@ type fileKey struct {
 
 // tempFile is one append-only temp file: a chunk of a data object in the
 // making. It frames entries into a buffer and hashes and writes the buffer
-// when it fills, so the sha256 and stats of DESIGN section 5 are known
+// when it fills, so the sha256 and stats of its chunk's meta are known
 // when the file is frozen without reading it again. Its bytes go to its
 // generation's segment file (segment.go), at the extents it records.
 //

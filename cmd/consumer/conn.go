@@ -56,13 +56,28 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 func (c *connConfig) Validate() error {
 	var errs []error
 	errs = append(errs, c.Kafka.Validate(), validateRedis(c.Redis), c.GCS.Validate())
-	if c.Group == "" {
-		errs = append(errs, errors.New("--group: must not be empty"))
+	if !validGroup(c.Group) {
+		errs = append(errs, fmt.Errorf("--group %q: must be 1 to 128 characters of [A-Za-z0-9._-] (it becomes part of object names)", c.Group))
 	}
 	if c.MaxClockSkew <= 0 {
 		errs = append(errs, errors.New("--max-clock-skew: must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// validGroup accepts a consumer group that is safe in an object name: the
+// global checkpoint and catalog objects carry it.
+func validGroup(g string) bool {
+	if g == "" || len(g) > 128 || g == "." || g == ".." {
+		return false
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // validateRedis is c.Validate without the password: a --redis-url that
