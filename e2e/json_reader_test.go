@@ -21,16 +21,10 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-<<<<<<< HEAD
-// jsonReader reads a flow's backup as a restore tool written from the
-// format reference alone would: the manifest from Redis, the meta JSON as
-// untyped JSON (layout v1, or v2 with only the chunks whose flow_ids name
-// the flow), the chunks by range reads with the storage client, zstd and
-=======
 // jsonReader reads a flow's backup as a restore tool written from
 // docs/FORMAT.md alone would: the manifest from Redis, the meta JSON as
-// untyped JSON, the chunks by range reads with the storage client, zstd and
->>>>>>> main
+// untyped JSON (layout v1, or v2 with only the chunks whose flow_ids name
+// the flow), the chunks by range reads with the storage client, zstd and
 // framing by hand. It fails the test on anything that deviates from the
 // documented format.
 type jsonReader struct {

@@ -15,7 +15,6 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-<<<<<<< HEAD
 // advanceCheckpoint moves the global checkpoint (docs/FORMAT.md,
 // "Checkpoint rule"): the min of ckpt:<topic>:<p> over every partition of
 // the apply topic that ever held a record. A partition with records but no
@@ -41,17 +40,6 @@ import (
 //     catalogs in the bucket say.
 //  5. Write the checkpoint object(s): layout v1 one per flow, layout v2 the
 //     one global object.
-=======
-// advanceCheckpoint computes the global checkpoint (docs/FORMAT.md,
-// "Checkpoint rule"): the
-// min of ckpt:<topic>:<p> over every partition of the apply topic that ever
-// held a record. A partition with records but no ckpt yet holds it back,
-// unless it has no readable record left (retention moved its start offset
-// to its end: nothing there can ever be routed). A partition whose regions
-// have all dropped out (ckpt CkptIdle) is left out. It moves each flow's
-// checkpoint forward in Redis (never backwards) and writes the flow's
-// global_checkpoint object.
->>>>>>> main
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
 	topic := c.d.ApplyTopic
@@ -229,12 +217,8 @@ func (f *flusher) putNewest(ctx context.Context, name string, want, bound uint64
 }
 
 // putCheckpoint replaces the 8-byte checkpoint object. It is the one object
-<<<<<<< HEAD
-// flowlog rewrites (every other object is written with DoesNotExist).
-=======
 // flowlog rewrites; everything else is written once, with DoesNotExist
 // (docs/FORMAT.md, "Object writes").
->>>>>>> main
 func putCheckpoint(ctx context.Context, b sink.Bucket, name string, ts uint64) error {
 	body := sink.EncodeCheckpoint(ts)
 	obj := sink.Object{Name: name, Body: bytes.NewReader(body), Size: int64(len(body)), CRC32C: sink.CRC32C(body)}

@@ -10,9 +10,9 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// Packing raw runs (docs/SIZING.md, "Many small temp files"). A compressed
-// temp file writes a zstd frame for each full 32 KiB buffer, on the drain's
-// workers. A buffer it writes before it is full (the open-buffer cap takes
+// Packing raw runs (docs/SIZING.md, "Many small temp files: open files,
+// cycle size, memory"). A compressed temp file writes a zstd frame for each
+// full 32 KiB buffer, on the drain's workers. A buffer it writes before it is full (the open-buffer cap takes
 // it for another file, or the generation is sealed) would be a small frame
 // of its own: with thousands of regions, most buffers go out small, and a
 // zstd frame of a few KiB costs about twice the CPU per byte of a full one

@@ -379,7 +379,6 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	return nil
 }
 
-<<<<<<< HEAD
 // appendTo appends p's entry to the temp file of key (of flow f in layout
 // v1, nil in layout v2).
 func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
@@ -395,20 +394,12 @@ func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
 	return nil
 }
 
-// lateEvents counts late events of one record: write-CF puts at or below
-// the partition's last checkpoint, which the upstream's resolved ts had
-// claimed complete (the upstream assumption of DESIGN 7: each region
-// announces its resolved ts before its data). They are backed up anyway,
-// but the checkpoint and coverage windows committed before may claim them
-// too early. Logged at most once a minute, with positions and ts only.
-=======
 // lateEvents counts late events of one record: write-CF puts at or below the
 // partition's last checkpoint, which the upstream's resolved ts had claimed
 // complete (the upstream assumption of docs/FORMAT.md, "Checkpoint rule":
 // each region announces its resolved ts before its data). They are backed up
 // anyway, but the checkpoint and coverage windows committed before may claim
 // them too early. Logged at most once a minute, with positions and ts only.
->>>>>>> main
 func (s *session) lateEvents(ps *partState, n int, ts uint64, now time.Time) {
 	s.c.m.lateEvents.Add(float64(n))
 	s.lateCount += n

@@ -40,18 +40,13 @@ func putBuf(b []byte) {
 	}
 }
 
-<<<<<<< HEAD
-// fileKey identifies one temp file of a generation: (kafka partition,
-// flow, table, region, cf, op, is_meta) in layout v1, where each flow of an
-// event gets its own copy; in layout v2 the flow is the set of flows that
-// routed the event (set; flow is 0), so that an event is written once
-// however many flows cover its table. A set changes when a DDL changes the
-// flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
-=======
-// fileKey identifies one temp file of a generation, the chunk of one
-// (kafka partition, flow, table, region, cf, op, is_meta) in the flow's
-// data object (docs/FORMAT.md, "Data objects and chunks").
->>>>>>> main
+// fileKey identifies one temp file of a generation, the chunk of one key
+// in a data object (docs/FORMAT.md, "Data objects and chunks"): (kafka
+// partition, flow, table, region, cf, op, is_meta) in layout v1, where each
+// flow of an event gets its own copy; in layout v2 the flow is the set of
+// flows that routed the event (set; flow is 0), so that an event is written
+// once however many flows cover its table. A set changes when a DDL changes
+// the flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
