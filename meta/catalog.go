@@ -335,35 +335,33 @@ func parseU64Field(key string, h map[string]string, field string) (uint64, error
 
 // parseRoutes decodes a flow:routes hash read whole.
 func parseRoutes(key string, raw map[string]string) (map[uint32]Route, error) {
-	routes := make(map[uint32]Route, len(raw))
-	for f, v := range raw {
-		p, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("parse %s field %q: %w", key, f, err)
-		}
-		var r Route
-		if err := json.Unmarshal([]byte(v), &r); err != nil {
-			return nil, fmt.Errorf("decode %s field %q: %w", key, f, err)
-		}
-		routes[uint32(p)] = r
-	}
-	return routes, nil
+	return parseIDHash[Route](key, raw)
 }
 
 // parseWindows decodes a coverage:<id> hash read whole.
 func parseWindows(key string, raw map[string]string) (map[uint32]Window, error) {
-	out := make(map[uint32]Window, len(raw))
+	out, err := parseIDHash[Window](key, raw)
+	for t, w := range out {
+		w.TableID = t
+		out[t] = w
+	}
+	return out, err
+}
+
+// parseIDHash decodes a hash of uint32 ids (partitions, tables) to JSON
+// values read whole.
+func parseIDHash[T any](key string, raw map[string]string) (map[uint32]T, error) {
+	out := make(map[uint32]T, len(raw))
 	for f, v := range raw {
-		t, err := strconv.ParseUint(f, 10, 32)
+		id, err := strconv.ParseUint(f, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("%s: table %q: %w", key, f, err)
+			return nil, fmt.Errorf("parse %s field %q: %w", key, f, err)
 		}
-		var w Window
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, fmt.Errorf("%s: table %d: %w", key, t, err)
+		var x T
+		if err := json.Unmarshal([]byte(v), &x); err != nil {
+			return nil, fmt.Errorf("decode %s field %q: %w", key, f, err)
 		}
-		w.TableID = uint32(t)
-		out[uint32(t)] = w
+		out[uint32(id)] = x
 	}
 	return out, nil
 }

@@ -77,7 +77,7 @@ func (s *session) cycleFull() bool {
 // Either pauses fetching.
 func (s *session) overBudget() (bytes, files bool) {
 	cost, n := s.fl.inflightCost()
-	bytes = s.gen.cost()+cost > int64(s.c.cfg.MaxTempBytes)
+	bytes = s.gen.diskCost()+cost > int64(s.c.cfg.MaxTempBytes)
 	files = len(s.gen.files)+n > 2*s.c.cfg.MaxCycleFiles
 	return bytes, files
 }

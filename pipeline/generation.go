@@ -44,10 +44,13 @@ func newGeneration(root string, id uint64, maxOpen int, compression string) *gen
 	return g
 }
 
-// cost is what the generation counts against --flush-size and
-// --max-temp-bytes: its bytes, the memory its files hold, and its raw runs
-// once more (their frames take disk too until the cycle commits).
-func (g *generation) cost() int64 { return g.bytes + g.mem + g.raw }
+// cost is what the generation counts against --flush-size: its bytes plus
+// the memory its files hold.
+func (g *generation) cost() int64 { return g.bytes + g.mem }
+
+// diskCost is what it counts against --max-temp-bytes: its cost and its raw
+// runs once more, whose frames take disk too until the cycle commits.
+func (g *generation) diskCost() int64 { return g.cost() + g.raw }
 
 // file returns the temp file of key, creating it on first use. (The key
 // holds the flow id, which keeps a flow dropped and created again under the

@@ -19,11 +19,11 @@ import (
 // (the entropy tables are built per frame) and a write(2). Such a buffer is
 // written raw instead, as a raw run of the file, and once the cycle is
 // frozen the flusher packs each file's consecutive raw runs into frames of
-// up to 32 KiB, written to the cycle's pack segment (<segment>.pack): a
-// file's chunk is then its frames in order, some in the generation's
-// segment and some in the pack segment, and it holds as few frames as its
-// bytes allow. The raw runs count twice against --flush-size and
-// --max-temp-bytes (generation.cost), for their bytes and their frames.
+// up to 32 KiB, written to the cycle's pack segment (g<gen>.pack): a file's
+// chunk is then its frames in order, some in the generation's segment and
+// some in the pack segment, and it holds as few frames as its bytes allow.
+// The raw runs count twice against --max-temp-bytes (generation.diskCost),
+// for their bytes and their frames.
 
 // packFiles compresses the raw runs of a frozen cycle's sealed files into
 // frames (see above), on up to drainWorkers goroutines, and leaves every

@@ -312,12 +312,11 @@ func (t *tempFile) store(seg *segment, p []byte, raw bool) error {
 		return fmt.Errorf("write %s: %w", t.name(), err)
 	}
 	n := int64(len(p))
-	crc := sink.CRC32C(p)
 	if k := len(t.ext) - 1; k >= 0 && t.ext[k].seg == seg && t.ext[k].raw == raw && t.ext[k].off+t.ext[k].len == off {
-		t.ext[k].crc = sink.CombineCRC32C(t.ext[k].crc, crc, n)
+		t.ext[k].crc = sink.UpdateCRC32C(t.ext[k].crc, p)
 		t.ext[k].len += n
 	} else {
-		t.ext = append(t.ext, extent{seg: seg, off: off, len: n, crc: crc, raw: raw})
+		t.ext = append(t.ext, extent{seg: seg, off: off, len: n, crc: sink.CRC32C(p), raw: raw})
 	}
 	t.stored += n
 	return nil
