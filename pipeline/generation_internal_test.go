@@ -332,3 +332,52 @@ func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
 		t.Fatalf("pack segment left after its files were removed: %v", err)
 	}
 }
+
+// A file takes a small buffer first and a larger one as it fills it, up to
+// tempBufSize, and the size it reached when it opens again: many small files
+// hold little buffer memory, a busy one writes full-size frames.
+func TestBuffersGrowWithTheirFile(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	file := func(region uint64) *tempFile {
+		f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	put := func(f *tempFile, i int, size int) {
+		t.Helper()
+		if err := f.append(event.AppendDataKey(nil, event.RowKey(1, int64(i)), 1), bytes.Repeat([]byte{'v'}, size), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small, busy := file(1), file(2)
+	put(small, 0, 100)
+	if cap(small.buf) != minBufSize {
+		t.Fatalf("a new file's buffer holds %d bytes, want %d", cap(small.buf), minBufSize)
+	}
+	for i := range 40 {
+		put(busy, i, 1000) // evicts small's buffer
+	}
+	if cap(busy.buf) != tempBufSize || busy.bufSize != tempBufSize {
+		t.Fatalf("a busy file's buffer holds %d bytes (opens with %d), want %d", cap(busy.buf), busy.bufSize, tempBufSize)
+	}
+	put(small, 1, 100) // evicts busy's
+	if cap(small.buf) != minBufSize {
+		t.Fatalf("the small file's buffer grew to %d bytes", cap(small.buf))
+	}
+	put(busy, 100, 10)
+	if cap(busy.buf) != tempBufSize {
+		t.Fatalf("the busy file reopened with %d bytes, want %d", cap(busy.buf), tempBufSize)
+	}
+	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if raw := readChunkFile(t, f); int64(len(raw)) != f.size {
+			t.Fatalf("%s reads back %d bytes, holds %d", f.name(), len(raw), f.size)
+		}
+	}
+}

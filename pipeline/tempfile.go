@@ -20,6 +20,14 @@ import (
 // open-file cap, not by the number of files of a generation.
 const tempBufSize = 32 << 10
 
+// minBufSize is the buffer a file takes first. It doubles up to tempBufSize
+// as the file fills it, and a file that filled one takes the larger size the
+// next time it opens: with thousands of regions most files hold a few KiB
+// between the times the cap takes their buffer, and full-size buffers for
+// them would hold --max-open-files x 32 KiB for little (and keep the
+// garbage collector busy near the memory limit).
+const minBufSize = 4 << 10
+
 // fileOverhead is the estimated memory of one temp file besides its buffer
 // and its key copies: the struct, the sha256 state, the path, the map entry
 // and the metadata the flusher needs. It is counted with the file's bytes in
@@ -27,16 +35,33 @@ const tempBufSize = 32 << 10
 // backpressure like few large ones.
 const fileOverhead = 1 << 10
 
-// bufPool holds the write buffers of closed temp files for the next file
-// that opens.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, tempBufSize); return &b }}
+// bufPools hold the write buffers of closed temp files for the next file
+// that opens, one pool per size: minBufSize, doubled up to tempBufSize.
+var bufPools = [4]sync.Pool{
+	{New: func() any { b := make([]byte, 0, minBufSize); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<1); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<2); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<3); return &b }}, // tempBufSize
+}
 
-func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+// bufClass is the pool of buffers of size, -1 for another size.
+func bufClass(size int) int {
+	for i := range bufPools {
+		if size == minBufSize<<i {
+			return i
+		}
+	}
+	return -1
+}
+
+// getBuf returns an empty buffer of size (minBufSize << k, at most
+// tempBufSize).
+func getBuf(size int) []byte { return (*bufPools[bufClass(size)].Get().(*[]byte))[:0] }
 
 func putBuf(b []byte) {
-	if cap(b) == tempBufSize {
+	if i := bufClass(cap(b)); i >= 0 {
 		b = b[:0]
-		bufPool.Put(&b)
+		bufPools[i].Put(&b)
 	}
 }
 
@@ -91,6 +116,7 @@ type tempFile struct {
 	active  bool   // holds a write buffer (counted in g.open)
 	removed bool   // remove has released its segment
 	buf     []byte // nil while not active
+	bufSize int    // the buffer size it takes on open (minBufSize .. tempBufSize)
 	hash    hash.Hash
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
@@ -114,7 +140,7 @@ type tempFile struct {
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
 	seg.acquire()
 	return &tempFile{
-		key: key, flow: flow, seg: seg, zstd: compression == sink.CompressionZstd,
+		key: key, flow: flow, seg: seg, zstd: compression == sink.CompressionZstd, bufSize: minBufSize,
 		hash:       sha256.New(),
 		minTS:      math.MaxUint64,
 		minBeginTS: math.MaxUint64,
@@ -158,7 +184,7 @@ func (t *tempFile) eachFlow(fn func(*meta.Flow)) {
 
 // open takes a write buffer.
 func (t *tempFile) open() {
-	t.active, t.buf = true, getBuf()
+	t.active, t.buf = true, getBuf(t.bufSize)
 }
 
 // shut writes what is buffered and gives the buffer back; the hash and
@@ -196,6 +222,9 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	}
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
+	if len(t.buf)+n > cap(t.buf) && cap(t.buf) < tempBufSize && n <= tempBufSize {
+		t.grow(len(t.buf) + n)
+	}
 	if len(t.buf)+n > cap(t.buf) {
 		if err := t.queueBuf(); err != nil {
 			return err
@@ -230,6 +259,18 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 		t.g.mem += t.mem() - memBefore
 	}
 	return nil
+}
+
+// grow moves the buffer to one of at least need bytes (up to tempBufSize),
+// which the file also takes on its next opens.
+func (t *tempFile) grow(need int) {
+	size := cap(t.buf)
+	for size < need && size < tempBufSize {
+		size *= 2
+	}
+	nb := append(getBuf(size), t.buf...)
+	putBuf(t.buf)
+	t.buf, t.bufSize = nb, size
 }
 
 // errSealed is an append to a file of a frozen generation: a bug.
