@@ -135,7 +135,7 @@ func (f *flusher) rename(cyc *cycle, u *upload) {
 	if u.built {
 		f.name(cyc, u)
 	}
-	u.dataDone, u.metaDone = false, false
+	u.dataDone, u.metaDone = len(u.files) == 0, false // a meta of reports only has no data object
 }
 
 func (f *flusher) uploadOne(ctx context.Context, cyc *cycle, u *upload) error {
