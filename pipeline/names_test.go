@@ -121,6 +121,14 @@ func TestTakenNameRenamedAtOnce(t *testing.T) {
 			if st, err := r.store.FlowState(context.Background(), id); err != nil || st.Status != meta.StatusActive {
 				t.Errorf("flow state %+v (%v), want active: a taken name is no failure", st, err)
 			}
+			// A renamed meta of coverage reports only (the create's) has no
+			// data object: none is uploaded for it.
+			_ = b.Iter(context.Background(), sink.V2LogDir("backup"), func(o string) error {
+				if n, err := b.Size(context.Background(), o); err == nil && n == 0 {
+					t.Errorf("empty data object %s", o)
+				}
+				return nil
+			})
 		})
 	}
 }
