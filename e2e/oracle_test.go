@@ -153,7 +153,7 @@ func oracleScan(t testing.TB, c *cluster, store *meta.Store, id meta.FlowID, rep
 	}
 	referenced := map[string]bool{}
 	listedUnits := map[string]bool{} // layout v2 cycles some flow lists
-	listed, err := store.Listed(ctx)
+	listed, err := store.References(ctx)
 	if err != nil {
 		t.Fatalf("listed metas: %v", err)
 	}

@@ -47,7 +47,7 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	if err != nil || len(live) == 0 {
 		return err
 	}
-	cks, idle, err := c.d.Store.PartitionCheckpointsIdle(ctx, topic, live)
+	cks, idle, err := c.d.Store.PartitionCheckpoints(ctx, topic, live)
 	if err != nil {
 		return err
 	}

@@ -26,9 +26,9 @@
 //     "Checkpoint rule".
 //   - Fatal flows: fatal.go owns the count of failed cycles and the fatal
 //     state (Redis, gauge, the fetch pause), under one lock.
-//   - Coverage: flows.go (observeFlows captures each partition's routing
-//     boundary when the flows change) and coverage.go (the reports that
-//     ride in commits); meta/coverage.go makes windows final. See
+//   - Coverage: flowchanges.go (observeFlows captures each partition's
+//     routing boundary when the flows change) and coverage.go (the reports
+//     that ride in commits); meta/coverage.go makes windows final. See
 //     docs/FORMAT.md, "Coverage rule".
 //   - Backpressure: session.go (backpressure pauses fetching) and budget.go
 //     (overBudget: temp bytes and file memory over --max-temp-bytes, or more
