@@ -365,3 +365,50 @@ func parseIDHash[T any](key string, raw map[string]string) (map[uint32]T, error)
 	}
 	return out, nil
 }
+
+// FlowSummary is what /status shows of a flow's backup: its current
+// coverage windows (by table), its newest listed snapshot's ts and its
+// truncation point (0: none).
+type FlowSummary struct {
+	Windows         map[uint32]Window
+	SnapshotTS      uint64
+	TruncatedBefore uint64
+}
+
+// FlowSummaries reads the summary of every flow of ids in one pipelined
+// round trip, however many flows there are. A flow whose keys did not read
+// or parse is left out.
+func (s *Store) FlowSummaries(ctx context.Context, ids []FlowID) (map[FlowID]FlowSummary, error) {
+	k := s.keys
+	cov := make([]*redis.MapStringStringCmd, len(ids))
+	snap := make([]*redis.StringSliceCmd, len(ids))
+	tb := make([]*redis.StringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cov[i] = p.HGetAll(ctx, k.Coverage(id))
+			snap[i] = p.ZRange(ctx, k.Snapshots(id), -1, -1)
+			tb[i] = p.Get(ctx, k.TruncatedBefore(id))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read flow summaries: %w", err)
+	}
+	out := make(map[FlowID]FlowSummary, len(ids))
+	for i, id := range ids {
+		var sum FlowSummary
+		var err error
+		if sum.Windows, err = parseWindows(k.Coverage(id), cov[i].Val()); err != nil {
+			continue
+		}
+		if v := snap[i].Val(); len(v) == 1 {
+			if sum.SnapshotTS, _, err = SnapshotPathTS(v[0]); err != nil {
+				continue
+			}
+		}
+		if sum.TruncatedBefore, err = parseU64(k.TruncatedBefore(id), tb[i]); err != nil {
+			continue
+		}
+		out[id] = sum
+	}
+	return out, nil
+}

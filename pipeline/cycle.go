@@ -130,7 +130,7 @@ func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	}
 	commit.Coverage = cyc.coverage
 	for _, u := range cyc.uploads {
-		commit.Metas = append(commit.Metas, u.refs()...)
+		commit.Metas = append(commit.Metas, u.refs(cyc)...)
 	}
 	for _, fl := range cyc.flows {
 		commit.Flows = append(commit.Flows, fl.ID)

@@ -381,3 +381,28 @@ func TestBuffersGrowWithTheirFile(t *testing.T) {
 		}
 	}
 }
+
+// A chunk of at most tinyChunk bytes, all of them raw runs, is stored
+// uncompressed as it was written: no frame, nothing packed.
+func TestTinyChunkStoredUncompressed(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := event.AppendDataKey(nil, event.RowKey(1, 1), 1)
+	if err := f.append(k, []byte("one small event"), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	if f.zstd || f.pack != nil || f.stored != f.size {
+		t.Fatalf("tiny chunk: zstd %v, packed %v, %d bytes stored of %d", f.zstd, f.pack != nil, f.stored, f.size)
+	}
+	if got := readChunkFile(t, f); !bytes.Equal(got, event.AppendEntry(nil, k, []byte("one small event"))) {
+		t.Fatalf("tiny chunk reads back %x", got)
+	}
+}

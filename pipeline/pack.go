@@ -24,6 +24,13 @@ import (
 // some in the pack segment, and it holds as few frames as its bytes allow.
 // The raw runs count twice against --max-temp-bytes (generation.diskCost),
 // for their bytes and their frames.
+//
+// A chunk of at most tinyChunk bytes, all of them raw, is stored as it is,
+// uncompressed (its file meta says compression "none"): with thousands of
+// tables and regions most chunks hold an event or two, and a zstd frame of
+// a few hundred bytes saves almost nothing (its header and tables eat what
+// it gains) for the CPU, the read and the write it costs.
+const tinyChunk = 2 << 10
 
 // packFiles compresses the raw runs of a frozen cycle's sealed files into
 // frames (see above), on up to drainWorkers goroutines, and leaves every
@@ -34,6 +41,9 @@ func packFiles(files []*tempFile) error {
 	var todo []*tempFile
 	segs := map[*segment]*segment{} // generation segment -> its pack segment
 	for _, tf := range files {
+		if tf.raw > 0 && tf.raw == tf.stored && tf.raw <= tinyChunk {
+			tf.keepRaw()
+		}
 		if tf.raw > 0 && segs[tf.seg] == nil {
 			segs[tf.seg] = newSegment(strings.TrimSuffix(tf.seg.path, ".seg") + ".pack")
 		}
@@ -140,6 +150,16 @@ func (t *tempFile) packRaw(src *os.File, dst *segment) error {
 	t.ext, t.raw = out, 0
 	t.crc = extentsCRC(out)
 	return nil
+}
+
+// keepRaw makes t's raw runs its stored bytes, uncompressed: t is a tiny
+// chunk all of whose bytes are raw runs.
+func (t *tempFile) keepRaw() {
+	for i := range t.ext {
+		t.ext[i].raw = false
+	}
+	t.zstd, t.raw = false, 0
+	t.crc = extentsCRC(t.ext)
 }
 
 // extentsCRC is the CRC32C of the extents' bytes in order.

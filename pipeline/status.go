@@ -79,18 +79,21 @@ func (c *Consumer) Status() Status {
 	fatal := c.fatal.ids()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, f := range c.d.Registry.Flows() {
+	flows := c.d.Registry.Flows()
+	ids := make([]meta.FlowID, len(flows))
+	for i, f := range flows {
+		ids[i] = f.ID
+	}
+	sums, _ := c.d.Store.FlowSummaries(ctx, ids) // one round trip; a failure leaves them out
+	for _, f := range flows {
 		fs := FlowStatus{ID: f.ID, Catalog: f.Info.CatalogName, Name: f.Info.FlowName,
 			Tables: f.Info.SourceTableIDs, Fatal: fatal[f.ID]}
-		if cur, _, err := c.d.Store.Windows(ctx, f.ID); err == nil {
-			for _, t := range slices.Sorted(maps.Keys(cur)) {
-				fs.Windows = append(fs.Windows, cur[t])
+		if sum, ok := sums[f.ID]; ok {
+			for _, t := range slices.Sorted(maps.Keys(sum.Windows)) {
+				fs.Windows = append(fs.Windows, sum.Windows[t])
 			}
+			fs.SnapshotTS, fs.TruncatedBefore = sum.SnapshotTS, sum.TruncatedBefore
 		}
-		if snaps, err := c.d.Store.Snapshots(ctx, f.ID); err == nil && len(snaps) > 0 {
-			fs.SnapshotTS = snaps[len(snaps)-1].TS
-		}
-		fs.TruncatedBefore, _, _ = c.d.Store.TruncatedBefore(ctx, f.ID)
 		st.Flows = append(st.Flows, fs)
 	}
 	if s == nil {

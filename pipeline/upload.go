@@ -51,28 +51,20 @@ func retryName(id string, n int) string {
 const maxRenames = 4
 
 // refs are the metas:<flow_id> entries the commit lists for u: its meta,
-// under every flow it holds a chunk of.
-func (u *upload) refs() []meta.MetaRef {
+// under its flow (layout v1) or under every flow it holds a chunk of (the
+// cycle's flows, layout v2).
+func (u *upload) refs(cyc *cycle) []meta.MetaRef {
 	if u.flow != nil {
 		return []meta.MetaRef{{FlowID: u.flow.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}}
 	}
-	var out []meta.MetaRef
-	for _, mf := range u.meta.Flows {
-		if u.holds(mf.FlowID) {
-			out = append(out, meta.MetaRef{FlowID: mf.FlowID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS})
-		}
+	if len(u.files) == 0 {
+		return nil // coverage reports only: listed nowhere
+	}
+	out := make([]meta.MetaRef, len(cyc.flows))
+	for i, fl := range cyc.flows {
+		out[i] = meta.MetaRef{FlowID: fl.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}
 	}
 	return out
-}
-
-// holds reports whether a file of u's meta holds chunks of flow id.
-func (u *upload) holds(id meta.FlowID) bool {
-	for i := range u.meta.Files {
-		if u.meta.Holds(id, &u.meta.Files[i]) {
-			return true
-		}
-	}
-	return false
 }
 
 // failedFlows are the flows a failed upload of u counts against.

@@ -2,7 +2,6 @@ package sink
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -440,6 +439,8 @@ func (f *FileMeta) checkSizes() error {
 	return nil
 }
 
+// isHex reports whether s is lowercase hex of whole bytes. It allocates
+// nothing: a meta of 10,000 chunks has 30,000 such fields to check.
 func isHex(s string) bool {
 	if len(s)%2 != 0 {
 		return false
@@ -450,8 +451,7 @@ func isHex(s string) bool {
 			return false
 		}
 	}
-	_, err := hex.DecodeString(s)
-	return err == nil
+	return true
 }
 
 // EncodeCheckpoint returns the content of a global checkpoint object: ts as
