@@ -96,7 +96,7 @@ func setCmp(a, b *meta.FlowSet) int {
 func (f *flusher) build(cyc *cycle, u *upload) error {
 	start := time.Now()
 	c := f.c
-	m := sink.Meta{Version: sink.MetaVersion, StoreID: c.cfg.StoreID}
+	m := sink.Meta{Version: sink.MetaVersion, StoreID: c.cfg.StoreID, Files: make([]sink.FileMeta, 0, len(u.files))}
 	if u.flow != nil {
 		m.Flow, m.FlowID = u.flow.Info.FlowName, u.flow.ID
 	} else {
@@ -188,6 +188,7 @@ func (f *flusher) buildV2(cyc *cycle, m *sink.Meta) {
 	}
 	slices.SortFunc(m.Flows, func(a, b sink.MetaFlow) int { return cmp.Compare(a.FlowID, b.FlowID) })
 	first := true
+	m.Partitions = make([]sink.PartitionState, 0, len(cyc.parts))
 	for _, p := range cyc.parts {
 		ps := sink.PartitionState{Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
 			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle && !p.hasCkpt, MaxTS: p.maxTS}
