@@ -68,11 +68,12 @@ type CatalogState struct {
 	HasInfo bool
 	Info    FlowInfo
 	Routes  map[uint32]Route
-	// Windows, History and Pending are coverage:<id>, its history and its
-	// pending entries; CoverageSeq is coverage:<id>:seq.
+	// Windows and History are the current and earlier coverage windows
+	// (Store.Windows); Pending are the pending steps with their tables,
+	// and CoverageSeq is coverage:<id>:seq.
 	Windows     map[uint32]Window
 	History     []Window
-	Pending     []CoverageEntry
+	Pending     []PendingStep
 	CoverageSeq uint64
 	// TruncatedBefore is truncated_before:<id> (0: never truncated).
 	TruncatedBefore uint64
@@ -87,6 +88,18 @@ type CatalogState struct {
 	// whose drop recorded no definition is named by its path.
 	AnyMeta string
 }
+
+// PendingStep is a pending coverage step with its tables: those it adds
+// and those it removes, each sorted.
+type PendingStep struct {
+	Seq            uint64
+	Added, Removed []uint32
+}
+
+// catalogReadAttempts bounds CatalogState's reads of a flow whose pending
+// steps keep being made final between its read of the steps and of their
+// tables.
+const catalogReadAttempts = 5
 
 // DirtyCatalogs returns the flow ids whose catalog must be uploaded.
 func (s *Store) DirtyCatalogs(ctx context.Context) ([]FlowID, error) {
@@ -106,13 +119,29 @@ func (s *Store) DirtyCatalogs(ctx context.Context) ([]FlowID, error) {
 }
 
 // CatalogState reads flow id's catalog content in one MULTI, so that every
-// part of it is of one revision.
+// part of it is of one revision. The tables of the pending steps are read
+// after it: a step's table lists never change while the step is pending,
+// and a list gone by then means the step was made final since, so the read
+// starts over (at most catalogReadAttempts times).
 func (s *Store) CatalogState(ctx context.Context, id FlowID) (CatalogState, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := s.catalogState(ctx, id)
+		if !errors.Is(err, errStepGone) || attempt == catalogReadAttempts {
+			return st, err
+		}
+	}
+}
+
+// errStepGone is a pending step whose table list was deleted between the
+// catalog read and the read of its tables.
+var errStepGone = errors.New("pending step made final during the catalog read")
+
+func (s *Store) catalogState(ctx context.Context, id FlowID) (CatalogState, error) {
 	k := s.keys
 	var (
 		info, seq, tb          *redis.StringCmd
 		ckpt                   *redis.StringCmd
-		routes, cov, rev       *redis.MapStringStringCmd
+		routes, cov, rev, past *redis.MapStringStringCmd
 		hist, pend, snaps, any *redis.StringSliceCmd
 	)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -120,6 +149,7 @@ func (s *Store) CatalogState(ctx context.Context, id FlowID) (CatalogState, erro
 		routes = p.HGetAll(ctx, k.FlowRoutes(id))
 		cov = p.HGetAll(ctx, k.Coverage(id))
 		hist = p.LRange(ctx, k.CoverageHistory(id), 0, -1)
+		past = p.HGetAll(ctx, k.CoveragePast(id))
 		pend = p.LRange(ctx, k.CoveragePending(id), 0, -1)
 		seq = p.Get(ctx, k.CoverageSeq(id))
 		tb = p.Get(ctx, k.TruncatedBefore(id))
@@ -158,22 +188,11 @@ func (s *Store) CatalogState(ctx context.Context, id FlowID) (CatalogState, erro
 		}
 		st.Routes = rm
 	}
-	if st.Windows, err = parseWindows(k.Coverage(id), cov.Val()); err != nil {
+	if st.Windows, st.History, err = s.parseCoverage(id, cov.Val(), hist.Val(), past.Val()); err != nil {
 		return st, err
 	}
-	for _, v := range hist.Val() {
-		var w Window
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return st, fmt.Errorf("%s: %w", k.CoverageHistory(id), err)
-		}
-		st.History = append(st.History, w)
-	}
-	for _, v := range pend.Val() {
-		var e CoverageEntry
-		if err := json.Unmarshal([]byte(v), &e); err != nil {
-			return st, fmt.Errorf("%s: %w", k.CoveragePending(id), err)
-		}
-		st.Pending = append(st.Pending, e)
+	if st.Pending, err = s.pendingSteps(ctx, id, pend.Val()); err != nil {
+		return st, err
 	}
 	if st.CoverageSeq, err = parseU64(k.CoverageSeq(id), seq); err != nil {
 		return st, err
@@ -338,14 +357,41 @@ func parseRoutes(key string, raw map[string]string) (map[uint32]Route, error) {
 	return parseIDHash[Route](key, raw)
 }
 
-// parseWindows decodes a coverage:<id> hash read whole.
-func parseWindows(key string, raw map[string]string) (map[uint32]Window, error) {
-	out, err := parseIDHash[Window](key, raw)
-	for t, w := range out {
-		w.TableID = t
-		out[t] = w
+// pendingSteps decodes the pending list raws and reads each step's tables
+// (errStepGone if a step's list is gone).
+func (s *Store) pendingSteps(ctx context.Context, id FlowID, raws []string) ([]PendingStep, error) {
+	out := make([]PendingStep, 0, len(raws))
+	for _, raw := range raws {
+		e, err := decodeEntry(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decode %s: %w", s.keys.CoveragePending(id), err)
+		}
+		step := PendingStep{Seq: e.Seq}
+		for _, kind := range []string{stepAdd, stepDel} {
+			st := s.stepStream(id, e, kind)
+			var tables []uint32
+			for {
+				t, ok, err := st.next(ctx)
+				if err != nil {
+					if n, xerr := s.rdb.Exists(ctx, st.key).Result(); xerr == nil && n == 0 {
+						return nil, errStepGone
+					}
+					return nil, err
+				}
+				if !ok {
+					break
+				}
+				tables = append(tables, t)
+			}
+			if kind == stepAdd {
+				step.Added = tables
+			} else {
+				step.Removed = tables
+			}
+		}
+		out = append(out, step)
 	}
-	return out, err
+	return out, nil
 }
 
 // parseIDHash decodes a hash of uint32 ids (partitions, tables) to JSON
@@ -362,53 +408,6 @@ func parseIDHash[T any](key string, raw map[string]string) (map[uint32]T, error)
 			return nil, fmt.Errorf("decode %s field %q: %w", key, f, err)
 		}
 		out[uint32(id)] = x
-	}
-	return out, nil
-}
-
-// FlowSummary is what /status shows of a flow's backup: its current
-// coverage windows (by table), its newest listed snapshot's ts and its
-// truncation point (0: none).
-type FlowSummary struct {
-	Windows         map[uint32]Window
-	SnapshotTS      uint64
-	TruncatedBefore uint64
-}
-
-// FlowSummaries reads the summary of every flow of ids in one pipelined
-// round trip, however many flows there are. A flow whose keys did not read
-// or parse is left out.
-func (s *Store) FlowSummaries(ctx context.Context, ids []FlowID) (map[FlowID]FlowSummary, error) {
-	k := s.keys
-	cov := make([]*redis.MapStringStringCmd, len(ids))
-	snap := make([]*redis.StringSliceCmd, len(ids))
-	tb := make([]*redis.StringCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cov[i] = p.HGetAll(ctx, k.Coverage(id))
-			snap[i] = p.ZRange(ctx, k.Snapshots(id), -1, -1)
-			tb[i] = p.Get(ctx, k.TruncatedBefore(id))
-		}
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read flow summaries: %w", err)
-	}
-	out := make(map[FlowID]FlowSummary, len(ids))
-	for i, id := range ids {
-		var sum FlowSummary
-		var err error
-		if sum.Windows, err = parseWindows(k.Coverage(id), cov[i].Val()); err != nil {
-			continue
-		}
-		if v := snap[i].Val(); len(v) == 1 {
-			if sum.SnapshotTS, _, err = SnapshotPathTS(v[0]); err != nil {
-				continue
-			}
-		}
-		if sum.TruncatedBefore, err = parseU64(k.TruncatedBefore(id), tb[i]); err != nil {
-			continue
-		}
-		out[id] = sum
 	}
 	return out, nil
 }

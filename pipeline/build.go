@@ -205,7 +205,8 @@ func (f *flusher) buildV2(cyc *cycle, m *sink.Meta) {
 	}
 	for _, r := range cyc.coverage {
 		m.Coverage = append(m.Coverage, sink.CoverageReport{FlowID: r.FlowID, Seq: r.Seq, Topic: r.Topic,
-			Partition: r.Partition, TS: r.TS, Idle: r.Idle})
+			Partition: r.Partition, Since: sink.CoverageValue{TS: r.Since.TS, Idle: r.Since.Idle},
+			Until: sink.CoverageValue{TS: r.Until.TS, Idle: r.Until.Idle}, Upto: max(r.Upto, r.Seq)})
 	}
 }
 

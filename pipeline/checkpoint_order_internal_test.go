@@ -97,15 +97,18 @@ func TestCheckpointReadBeforeCoverageFinalises(t *testing.T) {
 	}
 	id := ddl("create", 1, 1, 2)
 	for p := range int32(2) {
-		commit(p, at(10), meta.CoverageReport{FlowID: id, Seq: 1, TS: at(1)}, meta.CoverageReport{FlowID: id, Seq: 2, TS: at(1)})
+		commit(p, at(10), meta.CoverageReport{FlowID: id, Seq: 1, Since: meta.CoverageValue{TS: at(1)}, Until: meta.CoverageValue{TS: at(1)}})
 	}
 	if _, err := other.FinalizeCoverage(ctx, testenv.ApplyTopic, []int32{0, 1}); err != nil {
 		t.Fatal(err)
 	}
-	ddl("replace", 2, 2) // table 1 removed: pending until entry 3
-	commit(0, at(150), meta.CoverageReport{FlowID: id, Seq: 3, TS: at(100)})
+	ddl("replace", 2, 2) // table 1 removed: pending step 2
+	until := func(ts uint64) meta.CoverageReport {
+		return meta.CoverageReport{FlowID: id, Seq: 2, Since: meta.CoverageValue{TS: ts}, Until: meta.CoverageValue{TS: ts}}
+	}
+	commit(0, at(150), until(at(100)))
 	commit(1, at(50))
-	hook.fn = func() { commit(1, at(200), meta.CoverageReport{FlowID: id, Seq: 3, TS: at(60)}) }
+	hook.fn = func() { commit(1, at(200), until(at(60))) }
 
 	reg := meta.NewRegistry(st)
 	if err := reg.Refresh(ctx); err != nil {

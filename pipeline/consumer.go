@@ -78,6 +78,8 @@ type Consumer struct {
 	// fatal owns the fatal-flow state of every session.
 	fatal *fatal
 
+	status statusCache // the flows' Redis part of /status
+
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status
 	lastCyc CycleStatus
@@ -192,7 +194,13 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	s.fl = newFlusher(c)
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
 	c.fatal.reset() // the cycles that failed belonged to the session before
-	cl, err := kgo.NewClient(s.clientOpts()...)
+	opts, err := s.clientOpts()
+	if err != nil {
+		return err
+	}
+	// The decompressor outlives the client: s.end closes the client first.
+	defer s.dec.close()
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -217,8 +225,9 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	return s.end(s.loop(ctx), flCancel, flDone)
 }
 
-// clientOpts are the options of the session's group client.
-func (s *session) clientOpts() []kgo.Opt {
+// clientOpts are the options of the session's group client. It sets the
+// session's fetch sizer and decompressor, which the caller closes.
+func (s *session) clientOpts() ([]kgo.Opt, error) {
 	c := s.c
 	reset := kgo.NewOffset().AtStart()
 	if c.cfg.StartOffset == "latest" {
@@ -246,11 +255,20 @@ func (s *session) clientOpts() []kgo.Opt {
 	sizer, first := newFetchSizer(c.cfg.fetchMaxBytes(), func(n int32) { c.m.fetchMaxBytes.Set(float64(n)) })
 	s.sizer = sizer
 	opts = append(opts, kgo.FetchMaxBytes(first), kgo.FetchMaxPartitionBytes(first), kgo.WithHooks(sizer))
+	// ... and decompressed within bounds of its own: per batch
+	// --max-batch-bytes, per poll the fetch share (decompress.go).
+	dec, err := newBatchDecompressor(c.cfg.batchMax(), c.cfg.MemoryBudget()/fetchShare)
+	if err != nil {
+		return nil, err
+	}
+	dec.onDefer = c.m.fetchDeferred.Inc
+	s.dec = dec
+	opts = append(opts, kgo.WithDecompressor(dec))
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))
 	}
-	return opts
+	return opts, nil
 }
 
 // end ends the session after its consume loop returned err (nil: ctx

@@ -141,16 +141,25 @@ type PartitionState struct {
 	Regions       map[string]uint64 `json:"regions,omitempty"`
 }
 
-// CoverageReport is one partition's report for a pending coverage entry
-// of a flow (coverage:<flow_id>:parts): TS, or Idle for a partition without
-// a live region.
+// CoverageReport is one partition's report for a pending coverage step of
+// a flow (coverage:<flow_id>:parts): its values at the routing boundary
+// for the tables the step adds (Since) and removes (Until), and the last
+// step the boundary crossed (Upto, at least Seq).
 type CoverageReport struct {
-	FlowID    uint32 `json:"flow_id"`
-	Seq       uint64 `json:"seq"`
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	TS        uint64 `json:"ts,omitempty"`
-	Idle      bool   `json:"idle,omitempty"`
+	FlowID    uint32        `json:"flow_id"`
+	Seq       uint64        `json:"seq"`
+	Topic     string        `json:"topic"`
+	Partition int32         `json:"partition"`
+	Since     CoverageValue `json:"since"`
+	Until     CoverageValue `json:"until"`
+	Upto      uint64        `json:"upto"`
+}
+
+// CoverageValue is one bound of a coverage report: a ts, or Idle for a
+// partition without a live region.
+type CoverageValue struct {
+	TS   uint64 `json:"ts,omitempty"`
+	Idle bool   `json:"idle,omitempty"`
 }
 
 // Holds reports whether file f of m holds entries of flow id: every file of

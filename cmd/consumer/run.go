@@ -187,6 +187,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 
 	applier, err := meta.NewApplier(store, registry, meta.ApplierConfig{
 		Topic: cfg.conn.Kafka.DDLTopic, KafkaOpts: kopts, DLQ: dlqw, Logger: log, Registerer: reg,
+		MaxTablesPerFlow: cfg.pipe.MaxTablesPerFlow,
 	})
 	if err != nil {
 		return fmt.Errorf("ddl applier: %w", err)
@@ -215,17 +216,12 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return err
 	}
 
-	ready := func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		if err := dlqClient.Ping(ctx); err != nil {
-			return fmt.Errorf("kafka: %w", err)
-		}
-		if err := bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil }); err != nil {
-			return fmt.Errorf("gcs: %w", err)
-		}
-		return nil
+	probes := []pipeline.Probe{
+		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		{Name: "kafka", Check: dlqClient.Ping},
+		{Name: "gcs", Check: func(ctx context.Context) error {
+			return bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil })
+		}},
 	}
 	// The HTTP server is the run's too: its failure ends the run the way a
 	// signal does (the final cycle is flushed and committed) and is the
@@ -238,7 +234,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		stopHTTP = runHTTP(ln, pipeline.NewHTTPServer(pipeline.Handler(cons, reg, ready)), log, fail)
+		stopHTTP = runHTTP(pipeline.HTTPListener(ln), pipeline.NewHTTPServer(pipeline.Handler(cons, reg, probes...)), log, fail)
 		log.Info("http listening", "addr", ln.Addr().String())
 		if onReady != nil {
 			onReady(ln.Addr().String())
