@@ -122,7 +122,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if err := checkOutDir(o.OutDir, o.Force); err != nil {
 		return st, err // before reading the metas, which may take a while
 	}
-	plan, err := planRestore(ctx, o)
+	plan, err := planRestore(ctx, &o)
 	if err != nil {
 		return st, err
 	}
@@ -178,7 +178,7 @@ func mvccRead(ctx context.Context, o RestoreOptions, plan *restorePlan, out mvcc
 			tables[id] = true // restorable: a file even if empty
 		}
 	}
-	err = readChunks(ctx, o, plan.jobs, func(j *chunkJob, key, value []byte) error {
+	err = readChunks(ctx, o, plan.each, func(j *chunkJob, key, value []byte) error {
 		_, ts, err := event.SplitDataKey(key)
 		if err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
