@@ -281,3 +281,46 @@ func only2(es []sinktest.Entry) []sinktest.Entry {
 	}
 	return out
 }
+
+// A snapshot of one flow of shared cycles reads only its chunks, and a
+// restore from it plus the shared log after it equals one from the log.
+func TestSnapshotV2(t *testing.T) {
+	const base = 1 << 40
+	ctx := context.Background()
+	mem := sink.NewMemBucket()
+	evs := sharedEvents(base)
+	_, p1 := sinktest.WriteCycleV2(t, mem, sinktest.CycleV2{CycleID: "1-0-aa", ResolvedTS: base + 1, Flows: sharedFlows, Entries: evs[:len(evs)/2]})
+	_, p2 := sinktest.WriteCycleV2(t, mem, sinktest.CycleV2{CycleID: "2-0-bb", ResolvedTS: base + 2, Flows: sharedFlows, Entries: evs[len(evs)/2:]})
+	flow := sink.Flow{Catalog: "default", Name: "b", ID: 2}
+	metas := []string{p1, p2}
+	const snapTS = base + 1150
+	st, err := sink.Snapshot(ctx, sink.SnapshotOptions{Bucket: mem, Flow: flow, MetaPaths: metas, TS: snapTS, TempDir: t.TempDir(),
+		Windows: map[int64]sink.SnapshotWindow{11: {Since: base}, 12: {Since: base}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tables != 2 || st.Keys == 0 {
+		t.Fatalf("snapshot %+v, want tables 11 and 12 with keys", st)
+	}
+	for _, ts := range []uint64{snapTS, base + 1235, base + 5000} {
+		windows := map[int64]sink.TableWindow{11: {Since: base, Until: ts}, 12: {Since: base, Until: ts}}
+		read := func(snaps []sink.SnapshotRef) (string, sink.RestoreStats) {
+			out := t.TempDir()
+			rs, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: mem, Flow: flow, MetaPaths: metas, TS: ts, Windows: windows, Snapshots: snaps, OutDir: out, TempDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var all []string
+			for _, tid := range []string{"11", "12"} {
+				raw, _ := os.ReadFile(filepath.Join(out, tid+".jsonl"))
+				all = append(all, string(raw))
+			}
+			return strings.Join(all, "|"), rs
+		}
+		want, _ := read(nil)
+		got, rs := read([]sink.SnapshotRef{{TS: snapTS, Path: st.MetaPath}})
+		if got != want || rs.FromSnapshot != 2 {
+			t.Errorf("as of %d: from the snapshot (%d tables) %q, from the log %q", ts, rs.FromSnapshot, got, want)
+		}
+	}
+}

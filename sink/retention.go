@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 )
 
@@ -139,4 +142,101 @@ func readLoggedMeta(ctx context.Context, b Bucket, f Flow, path string) (LoggedM
 		return LoggedMeta{}, &badMetaError{path: path, err: fmt.Errorf("refused: %w", err)}
 	}
 	return LoggedMeta{Path: path, Meta: m, Size: int64(len(raw))}, nil
+}
+
+// MetaSummary is what truncate planning and storage summaries need of one
+// listed meta of a flow, as ReadMetaSummaries finds it by streaming the
+// meta: a few numbers about the chunks that hold the flow's entries (all of
+// a version 1 meta's, those tagged with the flow in a version 2 meta),
+// whatever the meta holds.
+type MetaSummary struct {
+	Path     string
+	Size     int64 // bytes of the meta object
+	Version  int   // MetaVersion or MetaVersion2
+	DataPath string
+	DataSize int64   // bytes of the data object: its chunks lie back to back from 0
+	Tables   []int64 // tables of the flow's chunks that are not meta-key chunks, ascending
+	// Of the flow's chunks with entries: the largest max_ts, the largest
+	// max_ts of a default-CF chunk (0 if none), and the smallest
+	// min_begin_ts_in_default_cf of a write-CF chunk with max_ts above the
+	// ts the summaries were read for (math.MaxUint64 if none).
+	MaxTS         uint64
+	MaxDefaultTS  uint64
+	HasDefault    bool
+	MinBeginAfter uint64
+	// LogBytesAfter is the stored bytes of the flow's chunks with an event
+	// newer than that ts: what a restore at or above it still reads.
+	LogBytesAfter int64
+}
+
+// ReadMetaSummaries streams the meta objects of flow f at paths, parallel
+// at most at a time, and summarises each for ts (see MetaSummary), in the
+// order of paths. Each must decode and belong to f (Flow.check), so that
+// nothing acting on the result touches objects outside the flow. Memory is
+// that of the summaries, not of the metas.
+func ReadMetaSummaries(ctx context.Context, b Bucket, f Flow, paths []string, ts uint64, parallel int) ([]MetaSummary, error) {
+	out := make([]MetaSummary, len(paths))
+	err := forEach(ctx, len(paths), parallel, func(ctx context.Context, i int) error {
+		s := MetaSummary{Path: paths[i], MinBeginAfter: math.MaxUint64}
+		tables := map[int64]bool{}
+		size, err := streamFlowMeta(ctx, b, f, paths[i], func(m *Meta) error {
+			s.Version, s.DataPath = m.Version, m.DataPath
+			return nil
+		}, func(_ *Meta, _ int, fm *FileMeta) error {
+			s.file(fm, ts, tables)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.Size = size
+		s.Tables = slices.Sorted(maps.Keys(tables))
+		out[i] = s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// file adds a chunk of the flow to the summary; a chunk of another flow
+// still counts toward the data object's size.
+func (s *MetaSummary) file(f *FileMeta, ts uint64, tables map[int64]bool) {
+	if !f.IsMeta {
+		tables[f.TableID] = true
+	}
+	if f.NumberOfEntries == 0 {
+		return
+	}
+	s.MaxTS = max(s.MaxTS, f.MaxTS)
+	if f.CF == CFDefault {
+		s.MaxDefaultTS, s.HasDefault = max(s.MaxDefaultTS, f.MaxTS), true
+	}
+	if f.MaxTS > ts {
+		s.LogBytesAfter += f.Length
+		if f.CF == CFWrite {
+			s.MinBeginAfter = min(s.MinBeginAfter, f.MinBeginTSInDefaultCF)
+		}
+	}
+}
+
+// PlanTruncateSummaries is PlanTruncate on metas summarised for s
+// (ReadMetaSummaries with ts = s).
+func PlanTruncateSummaries(metas []MetaSummary, s uint64) (drop []int, kept map[string]int) {
+	b := s
+	for _, m := range metas {
+		b = min(b, m.MinBeginAfter)
+	}
+	kept = map[string]int{}
+	for i, m := range metas {
+		switch {
+		case m.MaxTS > s:
+		case m.HasDefault && m.MaxDefaultTS >= b:
+			kept[TruncateKeepDefault]++
+		default:
+			drop = append(drop, i)
+		}
+	}
+	return drop, kept
 }

@@ -1,7 +1,10 @@
 package sink_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/flowlog/flowlog/sink"
@@ -9,7 +12,8 @@ import (
 
 func TestPlanTruncate(t *testing.T) {
 	file := func(cf string, minTS, maxTS, minBegin uint64) sink.FileMeta {
-		return sink.FileMeta{CF: cf, Op: "put", MinTS: minTS, MaxTS: maxTS, MinBeginTSInDefaultCF: minBegin, NumberOfEntries: 1, Length: 10}
+		return sink.FileMeta{CF: cf, Op: "put", MinTS: minTS, MaxTS: maxTS, MinBeginTSInDefaultCF: minBegin, NumberOfEntries: 1, Length: 10,
+			RawLength: 10, Compression: sink.CompressionNone, SHA256: strings.Repeat("0", 64)}
 	}
 	meta := func(files ...sink.FileMeta) sink.LoggedMeta { return sink.LoggedMeta{Meta: sink.Meta{Files: files}} }
 	const s = 100
@@ -46,6 +50,53 @@ func TestPlanTruncate(t *testing.T) {
 			if kept[sink.TruncateKeepDefault] != tc.kept {
 				t.Errorf("kept = %v, want %d for default-CF values", kept, tc.kept)
 			}
+			// The same files as flow 1's share of v2 cycles that also hold a
+			// newer chunk of flow 2: the plan is flow 1's alone.
+			b := sink.NewMemBucket()
+			paths := v2Metas(t, b, tc.metas)
+			sums, err := sink.ReadMetaSummaries(context.Background(), b, sink.Flow{Catalog: "default", Name: "a", ID: 1}, paths, s, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			drop, kept = sink.PlanTruncateSummaries(sums, s)
+			if fmt.Sprint(drop) != tc.drop && !(tc.drop == "[]" && len(drop) == 0) {
+				t.Errorf("from summaries of v2 metas: drop = %v, want %s", drop, tc.drop)
+			}
+			if kept[sink.TruncateKeepDefault] != tc.kept {
+				t.Errorf("from summaries of v2 metas: kept = %v, want %d for default-CF values", kept, tc.kept)
+			}
 		})
 	}
+}
+
+// v2Metas stores each of metas as a version 2 meta whose files are flow
+// 1's, each followed by a chunk of flow 2 newer than any of them, and
+// returns the meta paths.
+func v2Metas(t *testing.T, b sink.Bucket, metas []sink.LoggedMeta) []string {
+	t.Helper()
+	var paths []string
+	for i, lm := range metas {
+		m := sink.Meta{Version: sink.MetaVersion2, StoreID: "s", CycleID: fmt.Sprint(i), Group: "g",
+			Flows: []sink.MetaFlow{{FlowID: 1, Catalog: "default", Name: "a"}, {FlowID: 2, Catalog: "default", Name: "b"}}}
+		var off int64
+		for _, f := range lm.Meta.Files {
+			f.Offset, f.FlowIDs = off, []uint32{1}
+			other := f
+			other.Offset, other.FlowIDs, other.MaxTS, other.MinBeginTSInDefaultCF = off+f.Length, []uint32{2}, 1000, 0
+			m.Files = append(m.Files, f, other)
+			off += 2 * f.Length
+		}
+		m.DataPath = sink.DataPathV2("", "s", 1, m.CycleID)
+		m.MinTS, m.MaxTS = 1, 1000
+		raw, err := sink.EncodeMeta(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := sink.MetaPathV2("", "s", 1, m.CycleID)
+		if err := b.Upload(context.Background(), sink.Object{Name: p, Body: bytes.NewReader(raw), Size: int64(len(raw)), CRC32C: sink.CRC32C(raw)}); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
 }
