@@ -27,7 +27,7 @@ func TestPlanGCV2(t *testing.T) {
 		b.SetCreated(p, created)
 		return m, p
 	}
-	shared, sharedPath := cycle("1-0-aa", "flowlog", old)   // listed by flow 2 only (flow 1 truncated it away)
+	shared, sharedPath := cycle("1-0-aa", "flowlog", old)     // listed by flow 2 only (flow 1 truncated it away)
 	unlisted, unlistedPath := cycle("2-0-bb", "flowlog", old) // a fenced or crashed cycle
 	young, youngPath := cycle("3-0-cc", "flowlog", old)       // unlisted, meta young
 	b.SetCreated(youngPath, now)
@@ -83,7 +83,9 @@ func TestPlanGCV2(t *testing.T) {
 
 	// Once no flow lists it, the shared cycle goes too.
 	plan, err = sink.PlanGC(ctx, b, sink.GCOptions{Prefix: "pre", Group: "flowlog", Grace: time.Hour, Now: func() time.Time { return now },
-		Refs: func(context.Context) (sink.GCRefs, error) { return sink.GCRefs{KnownIDs: map[uint32]bool{1: true}}, nil }})
+		Refs: func(context.Context) (sink.GCRefs, error) {
+			return sink.GCRefs{KnownIDs: map[uint32]bool{1: true}}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
