@@ -350,14 +350,14 @@ func (m *Meta) validateFileCount(nFiles int) []error {
 // fileChecker checks a meta's files one by one, in order.
 type fileChecker struct {
 	version int
-	flows   map[uint32]bool
-	end     int64 // of the previous chunk
+	flows   map[uint32]bool // flow id -> named (a chunk may name it)
+	end     int64           // of the previous chunk
 }
 
 func (m *Meta) fileChecker() *fileChecker {
 	flows := make(map[uint32]bool, len(m.Flows))
 	for _, f := range m.Flows {
-		flows[f.FlowID] = true
+		flows[f.FlowID] = !f.unnamed()
 	}
 	return &fileChecker{version: m.Version, flows: flows}
 }
@@ -416,10 +416,13 @@ func (m *Meta) validateV2() []error {
 }
 
 // validate checks flows[i] against the flow ids seen before it, and adds
-// its own.
+// its own. A flow with neither catalog nor name is one with coverage
+// reports and no chunk (dropped before its writer started, its drop having
+// recorded no definition): fileChecker refuses a chunk of it.
 func (f *MetaFlow) validate(i int, seen map[uint32]bool) error {
 	defer func() { seen[f.FlowID] = true }()
 	switch {
+	case f.unnamed():
 	case !ValidName(f.Catalog) || !ValidName(f.Name):
 		return fmt.Errorf("flows[%d]: invalid flow %q/%q", i, f.Catalog, f.Name)
 	case seen[f.FlowID]:
@@ -427,6 +430,8 @@ func (f *MetaFlow) validate(i int, seen map[uint32]bool) error {
 	}
 	return nil
 }
+
+func (f *MetaFlow) unnamed() bool { return f.Catalog == "" && f.Name == "" }
 
 func (p *PartitionState) validate(i int) error {
 	if p.NextOffset < 0 || p.Idle && p.HasCheckpoint {
@@ -459,8 +464,12 @@ func (f *FileMeta) validateFlows(version int, flows map[uint32]bool) error {
 		if i > 0 && id <= f.FlowIDs[i-1] {
 			return fmt.Errorf("flow_ids %v not ascending", f.FlowIDs)
 		}
-		if !flows[id] {
+		named, ok := flows[id]
+		switch {
+		case !ok:
 			return fmt.Errorf("flow id %d is not among the meta's flows", id)
+		case !named:
+			return fmt.Errorf("flow id %d has a chunk but no catalog and name among the meta's flows", id)
 		}
 	}
 	return nil

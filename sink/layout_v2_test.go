@@ -83,6 +83,14 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 	if got.Partitions[0].Regions["1"] != 5 || got.Coverage[0].TS != 4 {
 		t.Errorf("round trip lost partition or coverage state: %+v", got)
 	}
+	// A flow with reports and no chunk may have no name (dropped before its
+	// writer knew it).
+	unnamed := validV2Meta()
+	unnamed.Flows = append(unnamed.Flows, MetaFlow{FlowID: 8})
+	unnamed.Coverage = append(unnamed.Coverage, CoverageReport{FlowID: 8, Seq: 2, Topic: "t", TS: 4})
+	if _, err := EncodeMeta(unnamed); err != nil {
+		t.Errorf("a flow without a name and without a chunk: %v", err)
+	}
 	for name, mutate := range invalidV2Mutations() {
 		m := validV2Meta()
 		m.Files = append([]FileMeta(nil), m.Files...)
@@ -102,6 +110,7 @@ func invalidV2Mutations() map[string]func(*Meta) {
 		"flow of its own":   func(m *Meta) { m.FlowID = 3 },
 		"flow twice":        func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
 		"bad flow name":     func(m *Meta) { m.Flows[0].Name = "a/b" },
+		"chunk of unnamed":  func(m *Meta) { m.Flows[0].Catalog, m.Flows[0].Name = "", "" },
 		"report of no flow": func(m *Meta) { m.Coverage[0].FlowID = 9 },
 		"idle and ckpt":     func(m *Meta) { m.Partitions[0].Idle = true },
 		"bad store id":      func(m *Meta) { m.StoreID = "" },
