@@ -75,6 +75,37 @@ type CoverageEntry struct {
 	Seq   uint64 `json:"seq"`
 	Kind  string `json:"kind"` // CoverageSince or CoverageUntil
 	Table uint32 `json:"table"`
+	// Ckpt is, for an until entry, the flow's checkpoint_ts when the DDL
+	// that removed the table was applied (0 if it had none). Until the
+	// entry is final, the table's open window is complete only up to it
+	// (see PendingUntil).
+	Ckpt uint64 `json:"ckpt,omitempty"`
+}
+
+// PendingUntil returns, for each table of entries with a pending until
+// entry, the smallest Ckpt of those entries: how far its current window is
+// known to be complete while the until is pending.
+//
+// Why: once the DDL that removes a table is applied, each apply partition
+// stops routing the table at its own boundary and reports it; until every
+// partition has, the window has no until, yet the partitions that stopped
+// no longer back up the table's events past their boundary while the
+// checkpoint moves on. The events up to the flow's checkpoint at the DDL
+// are in committed chunks, though: that checkpoint was reached before the
+// DDL, so every partition had committed them while still routing the
+// table. So a restore past it leaves the table out until the entry is
+// final (then until, the min of the reports, says exactly how far).
+func PendingUntil(entries []CoverageEntry) map[uint32]uint64 {
+	out := map[uint32]uint64{}
+	for _, e := range entries {
+		if e.Kind != CoverageUntil {
+			continue
+		}
+		if c, ok := out[e.Table]; !ok || e.Ckpt < c {
+			out[e.Table] = e.Ckpt
+		}
+	}
+	return out
 }
 
 // CoverageReport is one partition's value for a pending entry.
@@ -146,14 +177,30 @@ func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, 
 			return nil, fmt.Errorf("parse %s = %q: %w", seqKey, str, err)
 		}
 	}
+	// The checkpoint only grows: one read before the MULTI may be a little
+	// old, which makes the bound PendingUntil gives lower, never wrong.
+	var ckpt uint64
+	if len(removed) > 0 {
+		v, err := tx.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("hget %s: %w", k.FlowState(id), err)
+		default:
+			if ckpt, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("parse %s checkpoint_ts = %q: %w", k.FlowState(id), v, err)
+			}
+		}
+	}
 	var vals []any
 	for _, e := range []struct {
 		kind   string
 		tables []uint32
-	}{{CoverageUntil, removed}, {CoverageSince, added}} {
+		ckpt   uint64
+	}{{CoverageUntil, removed, ckpt}, {CoverageSince, added, 0}} {
 		for _, t := range e.tables {
 			seq++
-			b, _ := json.Marshal(CoverageEntry{Seq: seq, Kind: e.kind, Table: t})
+			b, _ := json.Marshal(CoverageEntry{Seq: seq, Kind: e.kind, Table: t, Ckpt: e.ckpt})
 			vals = append(vals, string(b))
 		}
 	}

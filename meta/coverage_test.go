@@ -138,3 +138,59 @@ func TestCoverageWindowsLifecycle(t *testing.T) {
 		t.Fatalf("pending after everything finalized: %+v", pending)
 	}
 }
+
+// A DDL that removes tables records, in their pending until entries, the
+// flow's checkpoint when it was applied: how far a restore may trust the
+// tables' open windows until every partition has reported.
+func TestPendingUntilRecordsCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	id := apply(t, s, newDDL(meta.OpCreate, "f", 1, 2, 3), at(1)).FlowID
+	if _, err := s.AdvanceCheckpoint(ctx, id, 500); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 3), at(2))
+	if _, err := s.AdvanceCheckpoint(ctx, id, 700); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpReplace, "f", 1), at(3))
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 2), at(4)) // table 2 back: its first until stays pending
+	apply(t, s, newDDL(meta.OpReplace, "f", 1), at(5))
+	pending, err := s.PendingCoverage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []meta.CoverageEntry
+	for _, pf := range pending {
+		if pf.ID == id {
+			entries = pf.Entries
+		}
+	}
+	got := meta.PendingUntil(entries)
+	if len(got) != 2 || got[2] != 500 || got[3] != 700 {
+		t.Fatalf("PendingUntil = %v, want table 2 at 500 (its first removal) and table 3 at 700; entries %+v", got, entries)
+	}
+	for _, e := range entries {
+		if e.Kind == meta.CoverageSince && e.Ckpt != 0 {
+			t.Errorf("since entry %+v carries a checkpoint", e)
+		}
+	}
+	// A drop records the checkpoint too, before flow:state goes.
+	id2 := apply(t, s, newDDL(meta.OpCreate, "g", 7), at(6)).FlowID
+	if _, err := s.AdvanceCheckpoint(ctx, id2, 900); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpDrop, "g"), at(7))
+	if pending, err = s.PendingCoverage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pf := range pending {
+		if pf.ID == id2 {
+			if got := meta.PendingUntil(pf.Entries); got[7] != 900 {
+				t.Errorf("after the drop: PendingUntil = %v, want table 7 at 900", got)
+			}
+			return
+		}
+	}
+	t.Fatal("the drop left no pending entry")
+}

@@ -66,10 +66,13 @@ type CatalogWindow struct {
 }
 
 // CatalogPending is a pending coverage entry: kind "since" or "until".
+// Ckpt is an until entry's flow checkpoint when its DDL was applied: while
+// the entry is pending, the table's open window holds only up to it.
 type CatalogPending struct {
 	Seq   uint64 `json:"seq"`
 	Kind  string `json:"kind"`
 	Table uint32 `json:"table"`
+	Ckpt  uint64 `json:"ckpt,omitempty"`
 }
 
 // CatalogSnapshot is a listed snapshot: its ts and snapshot.meta path.
