@@ -34,6 +34,11 @@ type metaParts struct {
 // order, after checking it. header may return errStopMeta to end the read
 // there without error.
 type metaVisitor struct {
+	// member, if set, sees the meta after each member before files is
+	// decoded (name is the member's), unchecked: it may return errStopMeta
+	// to end the read there, as a listing that needs only a few members
+	// does.
+	member func(name string, m *Meta) error
 	header func(m *Meta) error
 	file   func(i int, f *FileMeta) error
 }
@@ -243,6 +248,11 @@ func decodeMetaStream(r io.Reader, keep metaParts, v metaVisitor) (m Meta, files
 			})
 		default:
 			err = skipValue(dec)
+		}
+		if err == nil && name != "" && name != "files" && v.member != nil {
+			if verr := v.member(name, &m); verr != nil {
+				err = &visitError{verr}
+			}
 		}
 		if err != nil {
 			var ve *visitError

@@ -201,3 +201,18 @@ func WriteRecord(table, handle int64, commit uint64, w event.Write) Entry {
 func DefaultPut(table, handle int64, start uint64, value []byte) Entry {
 	return Entry{Key: event.AppendDataKey(nil, event.RowKey(table, handle), start), Value: value, TableID: table, CF: "default", Op: "put"}
 }
+
+// WriteCatalog stores c as its catalog object under prefix and returns the
+// object's name.
+func WriteCatalog(t testing.TB, b sink.Bucket, prefix string, c sink.Catalog) string {
+	t.Helper()
+	raw, err := sink.EncodeCatalog(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := sink.CatalogPath(prefix, c.Catalog, c.Name, c.Group, c.FlowID, c.Rev)
+	if err := b.Upload(context.Background(), sink.Object{Name: name, Body: bytes.NewReader(raw), Size: int64(len(raw)), CRC32C: sink.CRC32C(raw)}); err != nil {
+		t.Fatalf("upload %s: %v", name, err)
+	}
+	return name
+}
