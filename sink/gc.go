@@ -345,9 +345,10 @@ func (p *GCPlan) spareOtherGroups(ctx context.Context, b Bucket, prefix, group s
 	return nil
 }
 
-// references returns the referenced object names and snapshot directories.
-// A referenced meta that cannot be read is a warning: its cycle stays
-// protected by name, and verify reports the damage.
+// references returns the referenced object names and units (cycles and
+// snapshot directories). A listed v1 meta is read up to its data_path; one
+// that cannot be read is a warning: its cycle stays protected by name, and
+// verify reports the damage.
 func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, parallel int) (keep, keepDirs map[string]bool, warnings []string) {
 	keep, keepDirs = map[string]bool{}, map[string]bool{}
 	var mu sync.Mutex
@@ -396,18 +397,11 @@ func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, paral
 			}
 		})
 	}
+	// A listed snapshot keeps its directory, which holds all its objects
+	// (a snapshot.meta naming an object elsewhere is refused by every
+	// reader): its snapshot.meta, which may be large, is not read.
 	for _, p := range refs.Snapshots {
-		hold(p) // and with it the snapshot's directory
-		run(func() {
-			sm, err := LoadSnapshotMeta(ctx, b, p)
-			if err != nil {
-				warn("listed snapshot %s: %v", p, err)
-				return
-			}
-			for _, t := range sm.Tables {
-				hold(t.DataPath)
-			}
-		})
+		hold(p)
 	}
 	wg.Wait()
 	return keep, keepDirs, warnings
