@@ -102,12 +102,13 @@ type badSource struct {
 	offset    int64
 }
 
-// TestBadInput is issue 5 item 7: 10k malformed apply records of every
-// kind, mixed into a valid load, each land in the DLQ exactly once with
-// their source and reason, while every valid event is backed up exactly
-// once, no partition stalls and the consumer keeps running; flow DDL with
-// names that try to escape their object path go to the DLQ as ddl_invalid
-// and create nothing in Redis or GCS.
+// TestBadInput checks that 10k malformed apply records of every kind, mixed
+// into a valid load, each land in the DLQ exactly once with their source and
+// reason, while every valid event is backed up exactly once, no partition
+// stalls and the consumer keeps running; flow DDL with names that try to
+// escape their object path go to the DLQ as ddl_invalid and create nothing in
+// Redis or GCS. Bad input must cost neither data nor availability
+// (docs/FORMAT.md, "How an apply record is handled").
 func TestBadInput(t *testing.T) {
 	const partitions = 4
 	malformed := 10_000

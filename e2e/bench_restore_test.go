@@ -32,17 +32,17 @@ var restoreBenchMemory = flag.String("restore-max-memory", ",128MiB",
 const restoreBenchFlow = "fbench-b"
 
 // BenchmarkRestore backs up BenchmarkPipeline's load (same shape and
-// -bench-events knob, default 300,000 events; at 3,000,000 the restored
-// flow holds about 700 MB of log) with a consumer of default flags (but
+// -bench-events knob, default 300,000 events; at 3,000,000 the restored flow
+// holds about 700 MB of log) with a consumer of default flags (but
 // --flush-interval), then restores flow fbench-b (tables 2 and 3) as of its
 // checkpoint with each -restore-max-memory value (default: the restore's
-// default, 256 MiB, and 128 MiB), each b.N times. It reports, per setting
-// and run, the MB/s of log the restore read (its own figure: uncompressed
-// chunk bytes over the time from planning to the last file written), its
-// wall time, its peak RSS (the kernel's maxrss of the process, which is
-// its VmHWM at exit), its CPU and the GCS emulator's meanwhile, and its
-// peak temp dir. Issue 10's targets: >= 150
-// MB/s and peak RSS <= --max-memory + 64 MiB. Run it with
+// default, 256 MiB, and 128 MiB), each b.N times. It reports, per setting and
+// run, the MB/s of log the restore read (its own figure: uncompressed chunk
+// bytes over the time from planning to the last file written), its wall time,
+// its peak RSS (the kernel's maxrss of the process, which is its VmHWM at
+// exit), its CPU and the GCS emulator's meanwhile, and its peak temp dir. The
+// targets are >= 150 MB/s and peak RSS <= --max-memory + 64 MiB: a restore's
+// memory follows its flag, not the backup's size. Run it with
 //
 //	go test ./e2e -run '^$' -bench Restore -benchtime 1x -timeout 60m -bench-events 3000000
 func BenchmarkRestore(b *testing.B) {

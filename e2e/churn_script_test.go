@@ -10,10 +10,10 @@ import (
 )
 
 // The DDL script of TestChurn: a seeded sequence of flow DDL over a few
-// names, generated against a model of the flow metadata (DESIGN 4) that
-// also says what each DDL must do: which flow id a create takes (flow:seq
-// counts up, ids are never reused), which DDL the consumer must reject to
-// the DLQ, and which tables every flow id ever had.
+// names, generated against a model of the flow metadata (docs/FORMAT.md,
+// "FlowDDL records") that also says what each DDL must do: which flow id a
+// create takes (flow:seq counts up, ids are never reused), which DDL the
+// consumer must reject to the DLQ, and which tables every flow id ever had.
 
 // Kinds of script steps. Every kind occurs at least once in a script.
 const (

@@ -40,22 +40,22 @@ const (
 	churnProxyFaults = 3 // DDL after which churn-1's next registry refresh meets a Redis outage
 )
 
-// TestChurn is issue 9: flows change all the time while data flows and
-// things break. Three consumers in one group on 8 apply partitions back up
-// a steady load over tables 1-6 while a seeded script of 44 flow DDL
-// (create, create --if-not-exists, replace adding and removing tables,
-// drop, re-create of a dropped name, resume, and DDL that must be
-// rejected) is published; meanwhile a random consumer is SIGKILLed and
-// restarted every few seconds, redis-server is killed and restarted twice,
-// and one consumer's Redis connections (through a proxy) are cut right
-// when it refreshes its registry after a DDL. Afterwards, for every flow id
-// ever created, live or dropped: the coverage windows match the script,
-// every produced event inside a window is backed up exactly once, and
-// restores at the checkpoint and two earlier ts equal the MVCC read inside
-// the windows that hold the ts, leaving out every other table. No consumer
-// exits on its own, every live flow's checkpoint reaches the end of the
-// load, every DDL is applied once (ddl:offset is the DDL topic's end) and
-// the DLQ holds exactly the DDL the script expects to be rejected.
+// TestChurn checks flows that change all the time while data flows and things
+// break. Three consumers in one group on 8 apply partitions back up a steady
+// load over tables 1-6 while a seeded script of 44 flow DDL (create, create
+// --if-not-exists, replace adding and removing tables, drop, re-create of a
+// dropped name, resume, and DDL that must be rejected) is published;
+// meanwhile a random consumer is SIGKILLed and restarted every few seconds,
+// redis-server is killed and restarted twice, and one consumer's Redis
+// connections (through a proxy) are cut right when it refreshes its registry
+// after a DDL. Afterwards, for every flow id ever created, live or dropped:
+// the coverage windows match the script, every produced event inside a window
+// is backed up exactly once, and restores at the checkpoint and two earlier
+// ts equal the MVCC read inside the windows that hold the ts, leaving out
+// every other table. No consumer exits on its own, every live flow's
+// checkpoint reaches the end of the load, every DDL is applied once
+// (ddl:offset is the DDL topic's end) and the DLQ holds exactly the DDL the
+// script expects to be rejected.
 func TestChurn(t *testing.T) {
 	began := time.Now()
 	seed := int64(churnDefaultSeed)

@@ -21,7 +21,8 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// Flags of the reliability scenarios (issue 5 items 1-3).
+// Flags of the reliability scenarios: crash recovery, rebalance churn and
+// zombie fencing.
 var (
 	crashSoak = flag.Bool("reliability-soak", false, "run the crash, rebalance and zombie scenarios longer (more events, more kills)")
 	crashSeed = flag.Uint64("reliability-seed", 0, "seed of the kill points of the crash and rebalance scenarios (0: fixed default)")
@@ -128,12 +129,12 @@ func crashWaitAssigned(t testing.TB, p *proc, from int, timeout time.Duration) {
 	})
 }
 
-// TestCrashRecovery is issue 5 item 1: one consumer, SIGKILLed at seeded
-// random points (during fetch, temp-file writes, uploads and commits: the
-// flush interval is 1s and the size trigger small) at least 10 times during
-// a rate-limited load, restarted each time. After the final checkpoint the
-// oracle holds: restore equals the expected state, verify is clean, nothing
-// is referenced twice.
+// TestCrashRecovery checks the commit protocol against crashes: one consumer,
+// SIGKILLed at seeded random points (during fetch, temp-file writes, uploads
+// and commits: the flush interval is 1s and the size trigger small) at least
+// 10 times during a rate-limited load, restarted each time. After the final
+// checkpoint the oracle holds: restore equals the expected state, verify is
+// clean, nothing is referenced twice.
 func TestCrashRecovery(t *testing.T) {
 	c := startCluster(t, 4)
 	cfg := loadgen.Config{

@@ -19,11 +19,11 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// TestBackupEndToEnd is issue 3's end-to-end check, on processes only: a
+// TestBackupEndToEnd is the backup's end-to-end check, on processes only: a
 // flow on tables 1 and 2, a load over tables 1, 2 and 3, and then every
 // produced event of tables 1 and 2 sits in exactly one chunk referenced by
-// metas:<flow_id> (sha256 verified), nothing of table 3 does, and the
-// Kafka and Redis offsets equal the end offsets.
+// metas:<flow_id> (sha256 verified), nothing of table 3 does, and the Kafka
+// and Redis offsets equal the end offsets.
 func TestBackupEndToEnd(t *testing.T) {
 	const partitions = 4
 	c := startCluster(t, partitions)
@@ -119,8 +119,8 @@ type wantEvents struct {
 }
 
 // expectedEvents regenerates the load of cfg and returns its events of
-// tables: every default- and write-CF event (lock-CF ones are skipped by
-// DESIGN 3), by chunk identity.
+// tables: every default- and write-CF event (lock-CF ones are never stored:
+// docs/FORMAT.md, "How an apply record is handled"), by chunk identity.
 func expectedEvents(cfg loadgen.Config, tables map[int64]bool) wantEvents {
 	w := wantEvents{events: map[eventKey]int{}}
 	g := loadgen.New(cfg)

@@ -420,9 +420,9 @@ func TestKafkaFaults(t *testing.T) {
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr, "--rate", "3000"}, loadArgs(load)...)...)
 
 	got, dup := faultCheckBackup(t, c, want, 60*time.Second)
-	// Redis holds the offsets (DESIGN 7); the Kafka commits mirror them and
-	// are not retried (pipeline.commitKafka), so under commit faults they
-	// may stay behind, never ahead.
+	// Redis holds the offsets (docs/FORMAT.md, "Kafka commit mirror"); the
+	// Kafka commits mirror them and are not retried (pipeline.commitKafka),
+	// so under commit faults they may stay behind, never ahead.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store := meta.NewStore(c.Redis.Client(t), "flowlog", nil)

@@ -25,8 +25,8 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// Hostile inputs of issue 13: loads and records shaped to exhaust the
-// consumer's descriptors or memory, or to wedge it on one record.
+// Hostile inputs: loads and records shaped to exhaust the consumer's
+// descriptors or memory, or to wedge it on one record.
 
 // startConsumerUlimit is c.startConsumer under `ulimit -n nofile`: bash sets
 // the soft and the hard limit, so the consumer cannot raise it, and then
@@ -151,11 +151,11 @@ func waitCheckpointOrExit(t *testing.T, c *cluster, cons *proc, ts uint64, timeo
 	}
 }
 
-// TestHostileManyRegionsLowFileLimit is issue 13 item 2: under `ulimit -n
-// 256`, a backlog of 2,000 regions sending one event per record (several
-// thousand temp files per cycle) is backed up completely, every event in
-// exactly one referenced chunk, without the consumer dying on "too many
-// open files" and with its peak RSS (VmHWM) under 150 MiB.
+// TestHostileManyRegionsLowFileLimit checks that under `ulimit -n 256`, a
+// backlog of 2,000 regions sending one event per record (several thousand
+// temp files per cycle) is backed up completely, every event in exactly one
+// referenced chunk, without the consumer dying on "too many open files" and
+// with its peak RSS (VmHWM) under 150 MiB.
 func TestHostileManyRegionsLowFileLimit(t *testing.T) {
 	const (
 		nofile  = 256
@@ -205,13 +205,12 @@ func hostileNoise(n int) []byte {
 	return b
 }
 
-// TestHostilePoisonPills is the poison pill of issue 13 on processes: a
-// 1 MB bad-key apply record and a 1 MB invalid DDL record, of random bytes,
-// reach a DLQ topic whose max.message.bytes is 64 KiB. Each goes there
-// truncated (flowlog-truncated, flowlog-original-length,
-// flowlog-original-sha256), the DDL path moves on (a flow created after it
-// exists), and a load after them is backed up completely by the same
-// consumer process.
+// TestHostilePoisonPills checks poison pills on processes: a 1 MB bad-key
+// apply record and a 1 MB invalid DDL record, of random bytes, reach a DLQ
+// topic whose max.message.bytes is 64 KiB. Each goes there truncated
+// (flowlog-truncated, flowlog-original-length, flowlog-original-sha256), the
+// DDL path moves on (a flow created after it exists), and a load after them
+// is backed up completely by the same consumer process.
 func TestHostilePoisonPills(t *testing.T) {
 	c := startCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -21,10 +21,11 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// jsonReader reads a flow's backup as a restore tool written from DESIGN 6
-// alone would: the manifest from Redis, the meta JSON as untyped JSON, the
-// chunks by range reads with the storage client, zstd and framing by hand.
-// It fails the test on anything that deviates from the documented format.
+// jsonReader reads a flow's backup as a restore tool written from
+// docs/FORMAT.md alone would: the manifest from Redis, the meta JSON as
+// untyped JSON, the chunks by range reads with the storage client, zstd and
+// framing by hand. It fails the test on anything that deviates from the
+// documented format.
 type jsonReader struct {
 	t             *testing.T
 	ctx           context.Context

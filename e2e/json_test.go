@@ -20,10 +20,10 @@ import (
 
 // TestJSONFromNonGoClient produces hand-written protojson ApplyBatch records
 // with kcat (librdkafka, no flowlog code involved) and reads the backup back
-// with jsonReader, a reader of DESIGN 6 that shares no code with sink: the
-// valid records' table 1 and 2 events are stored exactly once, exactly as
-// documented, and the malformed records land in the DLQ with their
-// flowlog-* headers.
+// with jsonReader, a reader of docs/FORMAT.md that shares no code with sink:
+// the valid records' table 1 and 2 events are stored exactly once, exactly as
+// documented, and the malformed records land in the DLQ with their flowlog-*
+// headers.
 func TestJSONFromNonGoClient(t *testing.T) {
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
@@ -43,7 +43,8 @@ func tso(offsetMillis int64, logical uint64) uint64 {
 	return uint64(jsonBase+offsetMillis)<<18 | logical
 }
 
-// rowKey is the raw TiKV row key of DESIGN 3, written out by hand.
+// rowKey is the raw TiKV row key (docs/FORMAT.md, "Keys and timestamps"),
+// written out by hand.
 func rowKey(table, handle int64) []byte {
 	k := []byte{'t'}
 	k = byteorder.BigEndian.AppendUint64(k, uint64(table)^1<<63)
@@ -227,7 +228,7 @@ func testJSONFromKcat(t *testing.T, kcat, compression string) {
 }
 
 // waitRawCheckpoint reads the flow's id and checkpoint_ts straight from the
-// Redis keys of DESIGN 4 until the checkpoint reaches ts.
+// Redis keys (docs/FORMAT.md, "Redis keys") until the checkpoint reaches ts.
 func waitRawCheckpoint(ctx context.Context, t *testing.T, rdb *redis.Client, flow string, ts uint64) uint64 {
 	t.Helper()
 	var id uint64

@@ -60,10 +60,10 @@ func logsCheckRedacted(t testing.TB, p *proc, cfg loadgen.Config, extra ...strin
 	}
 }
 
-// TestLogsRedaction is issue 5 item 8: with default flags no key or value
-// bytes reach the log, even for records that go to the DLQ (whose decode
-// errors may quote the payload); --redact-logs=false puts the record key
-// into the DLQ line, which proves the switch works.
+// TestLogsRedaction checks that with default flags no key or value bytes
+// reach the log, even for records that go to the DLQ (whose decode errors may
+// quote the payload); --redact-logs=false puts the record key into the DLQ
+// line, which proves the switch works.
 func TestLogsRedaction(t *testing.T) {
 	c := startCluster(t, 1)
 	cfg := loadgen.Config{Events: 2000, Tables: []int64{1}, Regions: 2, Seed: 8001, StartTime: time.Now().UTC().Add(-time.Hour)}

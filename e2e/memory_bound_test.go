@@ -32,8 +32,8 @@ var memoryEventsFlag = flag.Int("memory-events", 0,
 	"TestConsumerMemoryBound: transactions in the backlog (default 400000, about 170 MB of values; 1650000 is about 700 MB; or FLOWLOG_MEMORY_TEST_EVENTS)")
 
 const (
-	// memoryDefaultEvents keeps the test within about 15 s on a shared
-	// 2-core machine; the 700 MB backlog of issue 10 is opt-in.
+	// memoryDefaultEvents keeps the test within about 15 s on a shared 2-core
+	// machine; the 700 MB backlog of the full run is opt-in.
 	memoryDefaultEvents = 400_000
 	// memoryBound is the container the test runs the consumer in: its
 	// default --max-memory (128 MiB, also its Go soft memory limit) plus
@@ -57,24 +57,24 @@ func memoryEvents(t *testing.T) int {
 	return memoryDefaultEvents
 }
 
-// TestConsumerMemoryBound is issue 10's memory test: the consumer binary
-// with default flags (but the flush interval) works off a backlog of the
-// benchmark's shape (8 partitions, 3 flows over overlapping tables, short
-// and 1 KiB values) inside a 192 MiB memory bound and must commit all of it
-// with its peak RSS (VmHWM) under the bound.
+// TestConsumerMemoryBound checks that memory does not grow with the backlog:
+// the consumer binary with default flags (but the flush interval) works off a
+// backlog of the benchmark's shape (8 partitions, 3 flows over overlapping
+// tables, short and 1 KiB values) inside a 192 MiB memory bound and must
+// commit all of it with its peak RSS (VmHWM) under the bound.
 //
-// This machine's cgroup v2 hierarchy has no memory controller (the v1
-// memory cgroups belong to the sandbox), so the bound is kept the other
-// way the issue allows: the consumer's Go soft memory limit, which it sets
-// from its default --max-memory (checked in its start log), plus an RSS
-// watchdog that samples /proc/<pid>/status VmRSS every 20 ms and SIGKILLs
-// the consumer past the bound, as the OOM killer would a container.
+// This machine's cgroup v2 hierarchy has no memory controller (the v1 memory
+// cgroups belong to the sandbox), so the bound is kept the other way: the
+// consumer's Go soft memory limit, which it sets from its default
+// --max-memory (checked in its start log), plus an RSS watchdog that samples
+// /proc/<pid>/status VmRSS every 20 ms and SIGKILLs the consumer past the
+// bound, as the OOM killer would a container.
 //
 // The consumer binary is built without the race detector unless
-// FLOWLOG_E2E_RACE=1 (whose shadow memory would multiply RSS: the test
-// skips then); a -race test binary is fine. The backlog is 400k events by
-// default; -memory-events 1650000 (FLOWLOG_MEMORY_TEST_EVENTS) is the
-// 700 MB of issue 10 (about a minute), skipped with -short.
+// FLOWLOG_E2E_RACE=1 (whose shadow memory would multiply RSS: the test skips
+// then); a -race test binary is fine. The backlog is 400k events by default;
+// -memory-events 1650000 (FLOWLOG_MEMORY_TEST_EVENTS) is the full 700 MB run
+// (about a minute), skipped with -short.
 func TestConsumerMemoryBound(t *testing.T) {
 	if os.Getenv("FLOWLOG_E2E_RACE") == "1" {
 		t.Skip("FLOWLOG_E2E_RACE=1: a race-detector consumer's RSS says nothing about its memory bound")

@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// TestOpsConfig is issue 6 item 4: invalid config fails at start with one
-// line per problem, naming the flag (command line or environment), and -h
-// groups the flags with their defaults.
+// TestOpsConfig checks that invalid config fails at start with one line per
+// problem, naming the flag (command line or environment), and -h groups the
+// flags with their defaults.
 func TestOpsConfig(t *testing.T) {
 	cases := []struct {
 		name  string

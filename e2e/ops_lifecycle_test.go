@@ -24,11 +24,11 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// TestOpsLifecycle is issue 6 item 3: SIGTERM during a load exits 0 within
+// TestOpsLifecycle checks that SIGTERM during a load exits 0 within
 // --shutdown-timeout with everything consumed so far committed and the temp
-// dir empty; a second signal right after the first exits 130 at once
-// without committing. A last consumer then drains the rest, and the backup
-// holds every event exactly once.
+// dir empty; a second signal right after the first exits 130 at once without
+// committing. A last consumer then drains the rest, and the backup holds
+// every event exactly once.
 func TestOpsLifecycle(t *testing.T) {
 	const partitions = 2
 	c := startCluster(t, partitions)

@@ -17,11 +17,11 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// TestOpsMetricsAndHTTP is issue 6 items 1 and 2 on processes: the series
-// known at start exist at 0 before any data, the key series move during a
-// load (events counted, flush histogram observed, checkpoint gauge rising,
-// lag falling to 0), /status describes what the consumer holds, POST /flush
-// returns once the cycle is committed, and /readyz follows GCS.
+// TestOpsMetricsAndHTTP checks the metrics and the HTTP surface on processes:
+// the series known at start exist at 0 before any data, the key series move
+// during a load (events counted, flush histogram observed, checkpoint gauge
+// rising, lag falling to 0), /status describes what the consumer holds, POST
+// /flush returns once the cycle is committed, and /readyz follows GCS.
 func TestOpsMetricsAndHTTP(t *testing.T) {
 	const partitions = 2
 	c := startCluster(t, partitions)

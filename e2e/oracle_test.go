@@ -28,10 +28,10 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 )
 
-// The oracle of the reliability scenarios (issue 5): after the final
-// checkpoint, `consumer restore` equals the state computed independently
-// from the produced data (loadgen.Expected), `consumer verify` is clean, and
-// no Kafka offset range or KV entry is referenced twice.
+// The oracle of the reliability scenarios: after the final checkpoint,
+// `consumer restore` equals the state computed independently from the
+// produced data (loadgen.Expected), `consumer verify` is clean, and no Kafka
+// offset range or KV entry is referenced twice.
 
 // oracleReport is what oracleCheck found, for the test log and the report.
 type oracleReport struct {

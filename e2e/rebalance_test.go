@@ -53,7 +53,7 @@ func rebalanceAssignedStart(p *proc, from int) map[int32]int64 {
 	return out
 }
 
-// TestRebalanceChurn is issue 5 item 2: three consumers in one group on an
+// TestRebalanceChurn checks rebalances: three consumers in one group on an
 // 8-partition apply topic; during a rate-limited load one of them (seeded
 // choice) is SIGKILLed and restarted every few seconds, and once one is
 // stopped gracefully with SIGTERM. The oracle holds at the end, and the

@@ -28,13 +28,13 @@ import (
 
 var restoreBench = flag.Bool("restore-bench", false, "run TestRestoreThroughput: a 200k-event backup restored under /usr/bin/time")
 
-// TestRestoreMatchesSeed is issue 4's end-to-end restore check, on processes
-// only: a flow on tables 1 and 2, two seeded loads over tables 1, 2 and 3
-// (short values, then a later one of 300-byte values that go to the default
-// CF and overwrite many rows of the first), and `consumer restore` at the
-// checkpoint and at two earlier commit ts must give, line by line, the table
-// contents loadgen.Expected computes from the seeds alone. Table 3 is not
-// covered and must not be restored; `consumer verify` must find no fault.
+// TestRestoreMatchesSeed is the end-to-end restore check, on processes only:
+// a flow on tables 1 and 2, two seeded loads over tables 1, 2 and 3 (short
+// values, then a later one of 300-byte values that go to the default CF and
+// overwrite many rows of the first), and `consumer restore` at the checkpoint
+// and at two earlier commit ts must give, line by line, the table contents
+// loadgen.Expected computes from the seeds alone. Table 3 is not covered and
+// must not be restored; `consumer verify` must find no fault.
 func TestRestoreMatchesSeed(t *testing.T) {
 	c := startCluster(t, 4)
 	short := loadgen.Config{
@@ -301,7 +301,8 @@ func restoreOutputTS(t testing.TB, out string) uint64 {
 // restoreTSTime is the wall time of a TSO's physical part.
 func restoreTSTime(ts uint64) time.Time { return time.UnixMilli(int64(ts >> 18)).UTC() }
 
-// restoreLine is one line of a restored <table_id>.jsonl (DESIGN 8).
+// restoreLine is one line of a restored <table_id>.jsonl (docs/FORMAT.md,
+// "Local files").
 type restoreLine struct {
 	Key      string `json:"key"`
 	Value    string `json:"value"`

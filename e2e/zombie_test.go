@@ -24,13 +24,13 @@ func zombieFenced(p *proc) (float64, error) {
 	return n, nil
 }
 
-// TestZombieFencing is issue 5 item 3: of two consumers, one (the zombie)
-// is frozen with SIGSTOP while it holds uncommitted data, until its
-// partition leases move to the other; more data is produced and committed
-// by the other; then the zombie continues (SIGCONT). Its commit must fail
-// on the lease check (log "fenced", flush_cycles_total{result="fenced"}),
-// what it uploaded stays unreferenced, and the oracle holds: nothing is
-// lost or duplicated.
+// TestZombieFencing checks fencing (docs/FORMAT.md, "Commit protocol"): of
+// two consumers, one (the zombie) is frozen with SIGSTOP while it holds
+// uncommitted data, until its partition leases move to the other; more data
+// is produced and committed by the other; then the zombie continues
+// (SIGCONT). Its commit must fail on the lease check (log "fenced",
+// flush_cycles_total{result="fenced"}), what it uploaded stays unreferenced,
+// and the oracle holds: nothing is lost or duplicated.
 func TestZombieFencing(t *testing.T) {
 	const partitions = 4
 	c := startCluster(t, partitions)

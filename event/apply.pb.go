@@ -1,4 +1,5 @@
-// Wire format of the flowlog.apply topic (DESIGN section 2).
+// Wire format of the flowlog.apply topic (docs/FORMAT.md, "ApplyBatch
+// records").
 //
 // Regenerate with:
 //   protoc --go_out=. --go_opt=paths=source_relative event/apply.proto
@@ -186,8 +187,8 @@ func (x *ApplyBatch) GetEvents() []*ApplyEvent {
 	return nil
 }
 
-// ApplyEvent is one mutation: an encoded data key with ts (DESIGN section 3)
-// and its value.
+// ApplyEvent is one mutation: an encoded data key with ts (docs/FORMAT.md,
+// "Keys and timestamps") and its value.
 type ApplyEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`

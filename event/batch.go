@@ -32,7 +32,7 @@ type Batch struct {
 // Event is one decoded ApplyEvent. After DecodeBatch of the protobuf form,
 // Key and Value alias the decoded record's bytes.
 type Event struct {
-	Key   []byte // data key: memcomparable key + BE64(^ts) (DESIGN section 3)
+	Key   []byte // data key: memcomparable key + BE64(^ts) (docs/FORMAT.md, "Keys and timestamps")
 	Value []byte
 	CF    CF
 	Op    Op

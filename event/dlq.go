@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record headers of the apply and DLQ topics (DESIGN section 2).
+// Record headers of the apply and DLQ topics (docs/FORMAT.md, "DLQ records").
 const (
 	HeaderSourceTopic     = "flowlog-source-topic"
 	HeaderSourcePartition = "flowlog-source-partition"

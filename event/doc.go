@@ -1,8 +1,9 @@
-// Package event holds flowlog's wire formats (DESIGN sections 2 and 3): the
-// ApplyBatch records of the apply topic in protobuf and protojson form, the
-// TiKV key codec (memcomparable bytes, data keys with an inverted ts, table
-// and meta key detection), TSO timestamps, the write-CF record codec, the
-// entry framing of temp files and backup chunks, and the DLQ record shape.
+// Package event holds flowlog's wire formats, described byte for byte in
+// docs/FORMAT.md from "ApplyBatch records" to "DLQ records": the ApplyBatch
+// records of the apply topic in protobuf and protojson form, the TiKV key
+// codec (memcomparable bytes, data keys with an inverted ts, table and meta
+// key detection), TSO timestamps, the write-CF record codec, the entry
+// framing of temp files and backup chunks, and the DLQ record shape.
 //
 // The decoders are on the consumer's hot path. DecodeBatch parses protobuf by
 // hand and returns events whose keys and values alias the record bytes, so a

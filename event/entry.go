@@ -8,7 +8,8 @@ import (
 	"io"
 )
 
-// Entry framing of temp files and backup chunks (DESIGN section 5):
+// Entry framing of temp files and backup chunks (docs/FORMAT.md, "Entry
+// framing"):
 // [u32 LE key len][key][u32 LE value len][value].
 const lenSize = 4
 

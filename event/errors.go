@@ -10,8 +10,9 @@ const (
 	ReasonKey   = "key"    // malformed memcomparable key
 	ReasonKeyTS = "key_ts" // data key without a decodable ts
 	// ReasonBadKey is the DLQ reason of an apply record with a data key
-	// whose ts cannot be decoded, or a table key too short for its table id
-	// (DESIGN 3).
+	// whose ts cannot be decoded, or a table key too short for its table id:
+	// such a key can be neither ordered nor routed, so the record is kept
+	// whole in the DLQ (docs/FORMAT.md, "How an apply record is handled").
 	ReasonBadKey = "bad_key"
 	ReasonWrite  = "write" // malformed write-CF record
 	ReasonFrame  = "frame" // truncated or oversized entry framing

@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// Memcomparable encoding (DESIGN section 3): the raw key in groups of 8
+// Memcomparable encoding (docs/FORMAT.md, "Keys and timestamps"): the raw key in groups of 8
 // bytes, each padded with zeros to 8 bytes and followed by the marker
 // 0xFF - pad. A final group is always written, so the encoding sorts
 // exactly as the raw keys do and a prefix's encoding never equals another
@@ -147,7 +147,8 @@ const (
 	KindTable                // 't' + 8-byte table id + rest
 	KindMeta                 // starts with 'm'
 	// KindBadTable starts with the table prefix 't' but is too short to
-	// hold the 8-byte table id (DESIGN 3: the record goes to the DLQ).
+	// hold the 8-byte table id: no flow can claim it, and dropping it
+	// would hide a broken producer, so the record goes to the DLQ.
 	KindBadTable
 )
 

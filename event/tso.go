@@ -23,7 +23,8 @@ var hours = [24]string{
 }
 
 // DateHour returns the UTC date ("20060102") and hour ("15") of a TSO
-// timestamp's physical part, as used in object paths (DESIGN section 6).
+// timestamp's physical part, as used in object paths (docs/FORMAT.md,
+// "Bucket layout").
 func DateHour(ts uint64) (date, hour string) {
 	t := PhysicalTime(ts)
 	y, m, d := t.Date()

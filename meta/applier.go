@@ -52,10 +52,12 @@ type ApplierConfig struct {
 // does nothing if the stored offset is already past the record, so a record
 // seen again — by a restarted instance, or by a second instance racing this
 // one — is Skipped, never applied twice. A record that is invalid or refused
-// is first written to the DLQ (synchronously) and only then has its offset
-// advanced, so a crash in between re-sends it to the DLQ rather than losing
-// it. Any Redis or Kafka error stops the catch-up at that record, and the
-// next catch-up seeks back to the first record not yet handled.
+// is claimed for the DLQ in the MULTI that advances its offset, and the
+// claim stays in Redis until the DLQ acknowledged the record, so a crash in
+// between leaves the record owed, not lost (ddl_reject.go; docs/FORMAT.md,
+// "DDL barrier"). Any Redis or Kafka error stops the catch-up at that
+// record, and the next catch-up seeks back to the first record not yet
+// handled.
 type Applier struct {
 	s       *Store
 	r       *Registry

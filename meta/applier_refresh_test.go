@@ -30,7 +30,8 @@ func (h *failSMembers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // A registry refresh that fails after a DDL was applied is retried by the
 // next catch-up before that one can succeed: the router never keeps a stale
-// registry (issue 9, defect 1).
+// registry, which would route records past a DDL the registry has not
+// loaded (docs/FORMAT.md, "DDL barrier").
 func TestCatchUpRetriesAFailedRegistryRefresh(t *testing.T) {
 	e := newDDLEnv(t)
 	hook := &failSMembers{}

@@ -20,7 +20,8 @@ type PartitionCommit struct {
 	// Idle marks a partition whose regions have all dropped out (silent
 	// for --region-ttl): ckpt:<topic>:<partition> becomes CkptIdle and the
 	// partition is left out of the global checkpoint until a region of it
-	// speaks again (DESIGN 7). Ignored when HasCheckpoint is set.
+	// speaks again (docs/FORMAT.md, "Checkpoint rule"). Ignored when
+	// HasCheckpoint is set.
 	Idle bool
 	// MaxTS, when not 0, is written to maxts:<topic>:<partition>: the
 	// highest commit ts of the partition's records below NextOffset.
@@ -53,7 +54,7 @@ type MetaRef struct {
 	MinResolvedTS uint64
 }
 
-// Commit is one flush cycle's commit (DESIGN section 7).
+// Commit is one flush cycle's commit (docs/FORMAT.md, "Commit protocol").
 type Commit struct {
 	// Leases are the leases the committing member holds; every one is
 	// checked. Each PartitionCommit must have its lease here.

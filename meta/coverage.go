@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coverage windows (DESIGN 7). A change stream only holds what happened
+// Coverage windows (docs/FORMAT.md, "Coverage rule"; the keys are in "Redis
+// keys"). A change stream only holds what happened
 // after a flow started to receive it, so every table of a flow has a window
 // (since, until] of commit ts inside which the backup is complete.
 //

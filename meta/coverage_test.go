@@ -7,9 +7,11 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// Coverage windows (DESIGN 7) through their whole life: the DDL opens
-// pending entries, partition reports ride in commits, and an entry becomes
-// final only once every partition with records reported it.
+// Coverage windows through their whole life: the DDL opens pending
+// entries, partition reports ride in commits, and an entry becomes final
+// only once every partition with records reported it. A window final too
+// early would let a restore claim events no partition had routed yet
+// (docs/FORMAT.md, "Coverage rule").
 func TestCoverageWindowsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)

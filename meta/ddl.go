@@ -21,7 +21,8 @@ const (
 // DefaultCatalog is the catalog of a flow whose DDL names none.
 const DefaultCatalog = "default"
 
-// DDL is a FlowDDL record of the DDL topic (DESIGN section 4).
+// DDL is a FlowDDL record of the DDL topic (docs/FORMAT.md, "FlowDDL
+// records").
 type DDL struct {
 	Op          string           `json:"op"`
 	Flow        FlowInfo         `json:"flow"`

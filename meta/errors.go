@@ -21,7 +21,9 @@ var (
 	ErrDifferentFlowID = errors.New("meta: name maps to a different flow id")
 	// ErrFlowIDInUse is returned by a create that names the id of a flow
 	// that exists or existed (its metas or coverage key is present): flow
-	// ids are never reused (DESIGN 4).
+	// ids are never reused, since a new flow under a dropped flow's id would
+	// read the old flow's backup as its own (docs/FORMAT.md, "FlowDDL
+	// records").
 	ErrFlowIDInUse = errors.New("meta: flow id in use or used before")
 	// ErrUnexpectedValue matches every *UnexpectedValueError with errors.Is.
 	ErrUnexpectedValue = errors.New("meta: unexpected value")

@@ -7,7 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// CreateFlow creates flow id with info and routes (DESIGN section 4): if the
+// CreateFlow creates flow id with info and routes (docs/FORMAT.md, "Flow
+// metadata transactions"): if the
 // name is free and flow:info:<id> is absent it writes the name, info,
 // routes, flownode and table indexes, flow:state (status active) and adds id
 // to the flows set. If the name maps to another id it returns
@@ -27,11 +28,11 @@ func (s *Store) CreateFlow(ctx context.Context, id FlowID, info FlowInfo, routes
 }
 
 // UpdateFlow replaces flow id's info current with next and its routes
-// (DESIGN section 4). The name of next must be free or map to id, else
-// ErrDifferentFlowID; the stored info must equal current, else an
-// *UnexpectedValueError. The old routes, flownode and table entries are
-// removed and the new ones written in the same transaction. If the name
-// changes, the old name is released.
+// (docs/FORMAT.md, "Flow metadata transactions"). The name of next must be
+// free or map to id, else ErrDifferentFlowID; the stored info must equal
+// current, else an *UnexpectedValueError. The old routes, flownode and table
+// entries are removed and the new ones written in the same transaction. If
+// the name changes, the old name is released.
 func (s *Store) UpdateFlow(ctx context.Context, id FlowID, current, next FlowInfo, routes map[uint32]Route) error {
 	keys := []string{s.keys.FlowName(next.CatalogName, next.FlowName), s.keys.FlowInfo(id)}
 	err := s.txn(ctx, "update_flow", keys, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
@@ -43,11 +44,11 @@ func (s *Store) UpdateFlow(ctx context.Context, id FlowID, current, next FlowInf
 	return nil
 }
 
-// DestroyFlow deletes every key and index entry of flow id (DESIGN section
-// 4): name (if it still maps to id), info, routes, state, its flownode and
-// table entries (those of info and of the stored info) and its member of
-// the flows set. metas:<id> stays so a dropped flow's backup remains
-// restorable. Destroying a flow that is already gone succeeds.
+// DestroyFlow deletes every key and index entry of flow id (docs/FORMAT.md,
+// "Flow metadata transactions"): name (if it still maps to id), info, routes,
+// state, its flownode and table entries (those of info and of the stored
+// info) and its member of the flows set. metas:<id> stays so a dropped flow's
+// backup remains restorable. Destroying a flow that is already gone succeeds.
 func (s *Store) DestroyFlow(ctx context.Context, id FlowID, info FlowInfo) error {
 	keys := []string{s.keys.FlowName(info.CatalogName, info.FlowName), s.keys.FlowInfo(id)}
 	err := s.txn(ctx, "destroy_flow", keys, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {

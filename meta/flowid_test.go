@@ -8,7 +8,9 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// Flow ids are never reused (DESIGN 4): an explicit create of the id of a
+// Flow ids are never reused, or a new flow would read a dropped flow's
+// backup as its own (docs/FORMAT.md, "FlowDDL records"): an explicit create
+// of the id of a
 // dropped flow whose backup catalog exists is rejected, and flow:seq hands
 // out ids past every id seen, also when a dropped flow's id is next.
 func TestFlowIDsAreNeverReused(t *testing.T) {

@@ -11,8 +11,10 @@ const HashTag = "{flowlog}"
 // DefaultPrefix is the default key prefix (--redis-prefix).
 const DefaultPrefix = "flowlog"
 
-// Keys builds the Redis key names of DESIGN section 4 and 7 under one prefix:
-// every key is "<prefix>:{flowlog}:<rest>".
+// Keys builds flowlog's Redis key names under one prefix: every key is
+// "<prefix>:{flowlog}:<rest>". Every family it builds is described in
+// docs/FORMAT.md, "Redis keys", and docs/format_test.go fails for one that
+// is not.
 type Keys struct {
 	base string // "<prefix>:{flowlog}:"
 }
@@ -89,14 +91,14 @@ func (k Keys) Ckpt(topic string, partition int32) string {
 func (k Keys) Metas(id uint32) string { return k.base + "metas:" + u32(id) }
 
 // Coverage is coverage:<flow_id>, the hash of each table's coverage window
-// (DESIGN 7). Like metas:<flow_id>, it outlives the flow, and its presence
-// marks the id as used for good.
+// (docs/FORMAT.md, "Coverage rule"). Like metas:<flow_id>, it outlives the
+// flow, and its presence marks the id as used for good.
 func (k Keys) Coverage(id uint32) string { return k.base + "coverage:" + u32(id) }
 
-// Regions is the hash region id -> last resolved ts of the live regions of
-// an apply partition at its last commit. It is not part of DESIGN section 7:
-// it lets a new owner of the partition start with the regions the previous
-// one knew, so its checkpoint cannot pass a region it has not heard from.
+// Regions is the hash region id -> last resolved ts of the live regions of an
+// apply partition at its last commit. It lets a new owner of the partition
+// start with the regions the previous one knew, so its checkpoint cannot pass
+// a region it has not heard from.
 func (k Keys) Regions(topic string, partition int32) string {
 	return k.base + "regions:" + topic + ":" + i32(partition)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // Owner is the string key holding the consumer group that owns the prefix
-// (DESIGN section 7).
+// (docs/FORMAT.md, "Commit protocol").
 func (k Keys) Owner() string { return k.base + "owner" }
 
 // OwnerError is returned by ClaimOwner when another consumer group owns the
@@ -27,7 +27,7 @@ func (e *OwnerError) Error() string {
 // owns it yet (SETNX), and returns an *OwnerError if another group does.
 // Claiming again with the owning group is a no-op. Two groups consuming the
 // apply topic under one prefix would each commit offsets and metas for the
-// same partitions, so the second one must not start (DESIGN section 7).
+// same partitions, so the second one must not start.
 func (s *Store) ClaimOwner(ctx context.Context, group string) error {
 	if group == "" {
 		return errors.New("claim owner: empty group")

@@ -41,7 +41,8 @@ func TestClaimOwner(t *testing.T) {
 			}
 		})
 	}
-	// The key is the one DESIGN section 7 names.
+	// The key is <prefix>:{flowlog}:owner, where operators look for it
+	// (docs/FORMAT.md, "Redis keys"), under each prefix apart.
 	for key, want := range map[string]string{"flowlog:{flowlog}:owner": "g1", "other:{flowlog}:owner": "g2"} {
 		if got, err := rdb.Get(ctx, key).Result(); err != nil || got != want {
 			t.Errorf("GET %s = %q, %v; want %q", key, got, err, want)

@@ -10,7 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Snapshots and truncation in Redis (DESIGN 10).
+// Snapshots and truncation in Redis (docs/FORMAT.md, "Snapshot rule" and
+// "Truncate rule").
 //
 // A snapshot counts only once listed in snapshots:<flow_id>, a sorted set
 // whose members are the full object names of the snapshots' snapshot.meta
@@ -21,11 +22,11 @@ import (
 // the snapshot the last truncate used: the log before S is gone, and a
 // restore below S is refused. It never moves backwards.
 
-// Snapshots is the sorted set of a flow's listed snapshots (DESIGN 10).
+// Snapshots is the sorted set of a flow's listed snapshots.
 func (k Keys) Snapshots(id uint32) string { return k.base + "snapshots:" + u32(id) }
 
 // TruncatedBefore is the string holding the ts below which a flow's log was
-// truncated (DESIGN 10).
+// truncated.
 func (k Keys) TruncatedBefore(id uint32) string { return k.base + "truncated_before:" + u32(id) }
 
 // ErrBadSnapshotPath is returned for a snapshot member whose name does not

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Store is flowlog's metadata in Redis (DESIGN sections 4 and 7).
+// Store is flowlog's metadata in Redis (docs/FORMAT.md, "Redis keys").
 //
 // Why the flow metadata stays consistent: every operation that changes it is
 // one WATCH -> read/compare -> MULTI/EXEC transaction. Each key is WATCHed

@@ -36,7 +36,8 @@ type TruncateDrop struct {
 // effects outside Redis; reading objects is fine.
 type TruncatePlan func(ctx context.Context, metas []MetaRef, snapshots []SnapshotRef) (TruncateDrop, error)
 
-// Truncate truncates flow id's log at the listed snapshot snap (DESIGN 10).
+// Truncate truncates flow id's log at the listed snapshot snap
+// (docs/FORMAT.md, "Truncate rule").
 //
 // Why a restore at or above snap.TS stays whole: it is one transaction that
 // WATCHes metas:<id>, snapshots:<id> and truncated_before:<id>, reads them,
@@ -168,8 +169,8 @@ func snapshotsOf(ctx context.Context, c redis.Cmdable, key string, id FlowID) ([
 
 // BackupIDs returns, sorted, every flow id that has a metas:<id> or
 // snapshots:<id> key: the live flows and the dropped ones whose backup is
-// still listed. Unlike the lookups of DESIGN 4 it SCANs (on every master
-// of a cluster), so it is for operator commands such as gc, not for the
+// still listed. Unlike every other lookup it SCANs (on every master of a
+// cluster), so it is for operator commands such as gc, not for the
 // consume loop.
 func (s *Store) BackupIDs(ctx context.Context) ([]FlowID, error) {
 	return s.scanIDs(ctx, "metas:", "snapshots:")
@@ -177,9 +178,9 @@ func (s *Store) BackupIDs(ctx context.Context) ([]FlowID, error) {
 
 // KnownFlowIDs returns, sorted, every flow id this prefix has or had: the
 // flows set and the ids with a metas:, snapshots: or coverage: key (flow ids
-// are never reused, DESIGN 4). gc leaves alone objects of any other id: they
-// belong to another deployment on the same GCS prefix. It SCANs, as
-// BackupIDs does.
+// are never reused, so these are all of them). gc leaves alone objects of any
+// other id: they belong to another deployment on the same GCS prefix. It
+// SCANs, as BackupIDs does.
 func (s *Store) KnownFlowIDs(ctx context.Context) ([]FlowID, error) {
 	ids, err := s.scanIDs(ctx, "metas:", "snapshots:", "coverage:")
 	if err != nil {

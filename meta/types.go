@@ -1,7 +1,9 @@
 // Package meta keeps flowlog's metadata in Redis: flows (GreptimeDB's flow
 // metadata model), the DDL applier that changes them, the in-memory flow
 // registry the router reads, and the offsets, leases, checkpoints and
-// manifests of the exactly-once commit (DESIGN sections 4 and 7).
+// manifests of the exactly-once commit. docs/FORMAT.md describes every key
+// ("Redis keys") and the rules they serve ("Flow metadata transactions",
+// "Commit protocol", "Checkpoint rule", "Coverage rule").
 package meta
 
 import "time"

@@ -14,7 +14,8 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// advanceCheckpoint computes the global checkpoint (DESIGN section 7): the
+// advanceCheckpoint computes the global checkpoint (docs/FORMAT.md,
+// "Checkpoint rule"): the
 // min of ckpt:<topic>:<p> over every partition of the apply topic that ever
 // held a record. A partition with records but no ckpt yet holds it back,
 // unless it has no readable record left (retention moved its start offset
@@ -139,7 +140,8 @@ func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global, bound 
 }
 
 // putCheckpoint replaces the 8-byte checkpoint object. It is the one object
-// flowlog rewrites (DESIGN 6 asks for DoesNotExist on everything else).
+// flowlog rewrites; everything else is written once, with DoesNotExist
+// (docs/FORMAT.md, "Object writes").
 func putCheckpoint(ctx context.Context, b sink.Bucket, name string, ts uint64) error {
 	body := sink.EncodeCheckpoint(ts)
 	obj := sink.Object{Name: name, Body: bytes.NewReader(body), Size: int64(len(body)), CRC32C: sink.CRC32C(body)}

@@ -40,7 +40,9 @@ func heartbeatsUntil(t *testing.T, cl *kgo.Client, p int32, region uint64, from 
 }
 
 // A partition whose regions have all gone silent for --region-ttl no
-// longer holds the global checkpoint back (DESIGN 7; issue 9, defect 8).
+// longer holds the global checkpoint back: it commits ckpt "idle" and is
+// left out, so one quiet partition cannot stop every flow's checkpoint
+// (docs/FORMAT.md, "Checkpoint rule").
 func TestSilentPartitionStopsHoldingTheCheckpoint(t *testing.T) {
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) {
 		c.RegionTTL, c.FlushInterval = time.Second, 300*time.Millisecond
@@ -68,7 +70,8 @@ func TestSilentPartitionStopsHoldingTheCheckpoint(t *testing.T) {
 
 // A partition whose end offset is above 0 but whose records were all
 // removed by retention before anyone read them does not stall the global
-// checkpoint (issue 9, defect 8).
+// checkpoint: no record can ever be routed from it, so waiting for its
+// ckpt would wait for good.
 func TestEmptiedPartitionDoesNotStallTheCheckpoint(t *testing.T) {
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) { c.FlushInterval = 300 * time.Millisecond })
 	cl := r.kafka.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))

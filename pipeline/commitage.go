@@ -7,7 +7,7 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// Commit age and gc (DESIGN 10).
+// Commit age and gc (docs/FORMAT.md, "Commit protocol", "Commit age").
 //
 // consumer gc deletes unreferenced objects older than its grace period. It
 // lists objects before it reads Redis, so the only object it can take from

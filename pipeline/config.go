@@ -194,7 +194,8 @@ func (c *Config) adminToken() (string, error) {
 }
 
 // cycleInterval is the time trigger of a flush cycle: 0.8 x --flush-interval
-// after the previous one (DESIGN section 5).
+// after the previous one, so that a cycle, its upload included, usually
+// ends within --flush-interval (docs/FORMAT.md, "Flush cycle").
 func (c *Config) cycleInterval() time.Duration {
 	return c.FlushInterval * 4 / 5
 }

@@ -40,13 +40,14 @@ type Deps struct {
 // committed offsets once the consumer has paused and rejoined.
 var ErrTempWrite = errors.New("temp file write failed")
 
-// Consumer is the data path of DESIGN section 5 and the commit protocol of
-// section 7. It joins the consumer group on the apply topic; every polled
-// batch first passes the DDL barrier (Applier.CatchUp), then its events are
-// routed to per-table temp files. A flush cycle freezes the files together
-// with the consumed offsets and region resolved ts, uploads one data and one
-// meta object per flow, and only then commits in Redis (fenced by the
-// partition leases), in Kafka, and advances the global checkpoint.
+// Consumer is the data path and the commit protocol (docs/FORMAT.md, "How an
+// apply record is handled" and "Commit protocol"). It joins the consumer
+// group on the apply topic; every polled batch first passes the DDL barrier
+// (Applier.CatchUp), then its events are routed to per-table temp files. A
+// flush cycle freezes the files together with the consumed offsets and region
+// resolved ts, uploads one data and one meta object per flow, and only then
+// commits in Redis (fenced by the partition leases), in Kafka, and advances
+// the global checkpoint.
 //
 // Why nothing is lost or duplicated:
 //   - offsets only move in Redis in the same transaction that references the

@@ -8,7 +8,8 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// Coverage reports (DESIGN 7; the protocol is described in meta/coverage.go).
+// Coverage reports (docs/FORMAT.md, "Coverage rule"; the Redis side is in
+// meta/coverage.go).
 //
 // A partition's value for a pending entry is the one at its routing
 // boundary: the moment the consume loop first routed with the table added

@@ -10,9 +10,10 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// A table's coverage window (DESIGN 7) starts at the highest commit ts the
-// partition had seen before it routed the table and ends at the
-// partition's checkpoint where it stopped routing it.
+// A table's coverage window starts at the highest commit ts the partition
+// had seen before it routed the table and ends at the partition's
+// checkpoint where it stopped routing it: the bounds within which every
+// event of the table is backed up (docs/FORMAT.md, "Coverage rule").
 func TestCoverageWindowOfAddedAndRemovedTable(t *testing.T) {
 	r := newRig(t, 1, sink.NewMemBucket(), nil)
 	r.start()

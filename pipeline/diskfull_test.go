@@ -50,8 +50,8 @@ func fill(t *testing.T, path string) {
 
 // A temp-file write that fails (disk full) drops what was not committed,
 // pauses, and consumes it again once space returns: nothing is lost, the
-// consumer never exits, and /readyz says what is wrong meanwhile (issue 9,
-// defect 7).
+// consumer never exits, and /readyz says what is wrong meanwhile. A full
+// disk is the operator's to fix; it must cost neither data nor a restart.
 func TestDiskFullRecoversByItself(t *testing.T) {
 	disk := smallDisk(t, "2m")
 	r := newRig(t, 1, sink.NewMemBucket(), func(c *pipeline.Config) {

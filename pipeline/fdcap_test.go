@@ -65,8 +65,8 @@ func (s *fdSampler) halt() int {
 	return s.peak
 }
 
-// Issue 13 item 2: every (partition, flow, table, region, cf, op) of a
-// generation is a temp file. Thousands of regions with one event each must
+// Every (partition, flow, table, region, cf, op) of a generation is a
+// temp file. Thousands of regions with one event each must
 // not need a descriptor (and a 32 KiB buffer) each: the open temp files stay
 // under --max-open-files, files closed to make room are opened again for
 // the next append (with their hash intact: ReadChunk checks it), the files'

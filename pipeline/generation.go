@@ -50,7 +50,7 @@ func (g *generation) cost() int64 { return g.bytes + g.mem }
 
 // file returns the temp file of key, creating it on first use. (The key
 // holds the flow id, which keeps a flow dropped and created again under the
-// same name apart from the old one, DESIGN 4.)
+// same name apart from the old one: docs/FORMAT.md, "Bucket layout".)
 func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	if l := g.last; l != nil && l.key == key {
 		return l, nil

@@ -26,7 +26,7 @@ const (
 	readyProbeTimeout = 3 * time.Second
 )
 
-// Handler serves the consumer's HTTP surface (DESIGN section 8):
+// Handler serves the consumer's HTTP surface:
 //
 //	/metrics   Prometheus metrics of gatherer
 //	/healthz   200 while the process runs

@@ -49,7 +49,8 @@ func ddl(op, name string, tables ...uint32) []byte {
 // A flow dropped and created again under the same name by another replica,
 // while this one holds the old flow's temp files: nothing crashes, the two
 // flows share no temp file, spool or object, each flow's data is in its own
-// objects only, and the old flow stays restorable by id (issue 9, defect 2).
+// objects only, and the old flow stays restorable by id: object names carry
+// the flow id (docs/FORMAT.md, "Bucket layout").
 func TestDropAndRecreateByAnotherReplica(t *testing.T) {
 	r := newRig(t, 1, sink.NewMemBucket(), nil)
 	r.start()
@@ -132,8 +133,8 @@ func keysOf(b *event.Batch) [][]byte {
 func itoa(id meta.FlowID) string { return strconv.FormatUint(uint64(id), 10) }
 
 // The fatal flag follows flow:state in Redis: a resume applied by another
-// replica clears it at once, although this replica's retry is an hour away
-// (issue 9, defect 3).
+// replica clears it at once, although this replica's retry is an hour away:
+// every replica stops and restarts fetching on the same Redis state.
 func TestFatalClearedByAnotherReplicasResume(t *testing.T) {
 	fb := &faultyBucket{Bucket: sink.NewMemBucket()}
 	r := newRig(t, 1, fb, func(c *pipeline.Config) {

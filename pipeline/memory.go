@@ -82,8 +82,8 @@ func (c *Config) MemoryBudget() int64 {
 // the fetches it covers (maxConcurrentFetches plus the one being handled),
 // and at most an eighth of --max-temp-bytes, since a poll's records (up to
 // maxConcurrentFetches fetches) are all written before the --max-temp-bytes
-// check pauses fetching: that bounds the overshoot to a quarter of it
-// (DESIGN 5). At least 1 MiB, at most 64 MiB. A broker still returns a
+// check pauses fetching: that bounds the overshoot to a quarter of it.
+// At least 1 MiB, at most 64 MiB. A broker still returns a
 // single record batch larger than this, and a compressed batch takes its
 // uncompressed size once the client has decompressed it.
 func (c *Config) fetchMaxBytes() int32 {

@@ -59,13 +59,13 @@ func watchApplyFetches(t *testing.T, r *rig) func() []applyFetch {
 	}
 }
 
-// Issue 10 item 2: the consumer's fetches are sized from --max-memory, not
-// from the backlog: a quarter of it over the fetches that can be held at
-// once (two in flight or buffered, one being handled), and a broker holds
-// an empty fetch at most 500 ms. At 48 MiB that is 4 MiB a fetch. The
-// limit counts compressed bytes, so it starts at 256 KiB until a batch
-// shows the topic's compression ratio; after an uncompressed batch it is
-// the whole share (fetchsize.go; TestFetchSizer covers the ratios).
+// The consumer's fetches are sized from --max-memory, not from the backlog,
+// so its memory does not grow with a lag: a quarter of it over the fetches
+// that can be held at once (two in flight or buffered, one being handled),
+// and a broker holds an empty fetch at most 500 ms. At 48 MiB that is 4 MiB a
+// fetch. The limit counts compressed bytes, so it starts at 256 KiB until a
+// batch shows the topic's compression ratio; after an uncompressed batch it
+// is the whole share (fetchsize.go; TestFetchSizer covers the ratios).
 func TestMaxMemoryBoundsFetches(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the pipeline's series of DESIGN section 9. Label values are
+// metrics are the pipeline's Prometheus series. Label values are
 // bounded: results and reasons are constants of this package and the event
 // decoder, flows are "catalog/name" of registered flows, partitions those of
 // the apply topic.

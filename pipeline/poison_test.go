@@ -37,9 +37,10 @@ func noise(n int) []byte {
 	return b
 }
 
-// A record the DLQ topic cannot take whole (the poison pill of issue 13)
-// goes there truncated, on the apply and on the DDL path, and everything
-// after it is backed up: no partition stops for good.
+// A record the DLQ topic cannot take whole (a poison pill, larger than its
+// max.message.bytes) goes there truncated (docs/FORMAT.md, "DLQ records"), on
+// the apply and on the DDL path, and everything after it is backed up: no
+// partition stops for good.
 func TestPoisonRecordsTooLargeForTheDLQ(t *testing.T) {
 	r := newRig(t, 1, sink.NewMemBucket(), func(c *pipeline.Config) { c.MaxValueSize = 2 << 20 })
 	big := r.kafka.Client(t, kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(dlq.MaxRecordBytes))

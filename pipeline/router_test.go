@@ -115,7 +115,7 @@ func TestRouterSkipReasons(t *testing.T) {
 		{"table of no flow", event.RowKey(3, 1), nil, false, "no_flow"},
 		{"meta key goes to every flow", []byte("mDDLJobList"), []string{"a", "b"}, true, ""},
 		{"neither table nor meta", []byte("zzz"), nil, false, "no_table"},
-		{"table prefix too short", []byte("t\x80"), nil, false, "bad_key"}, // DESIGN 3: the record goes to the DLQ
+		{"table prefix too short", []byte("t\x80"), nil, false, "bad_key"}, // not a skip: the record goes to the DLQ
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			flows, _, isMeta, reason := r.Route(enc(tc.raw))

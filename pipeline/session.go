@@ -368,12 +368,12 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	return nil
 }
 
-// lateEvents counts late events of one record: write-CF puts at or below
-// the partition's last checkpoint, which the upstream's resolved ts had
-// claimed complete (the upstream assumption of DESIGN 7: each region
-// announces its resolved ts before its data). They are backed up anyway,
-// but the checkpoint and coverage windows committed before may claim them
-// too early. Logged at most once a minute, with positions and ts only.
+// lateEvents counts late events of one record: write-CF puts at or below the
+// partition's last checkpoint, which the upstream's resolved ts had claimed
+// complete (the upstream assumption of docs/FORMAT.md, "Checkpoint rule":
+// each region announces its resolved ts before its data). They are backed up
+// anyway, but the checkpoint and coverage windows committed before may claim
+// them too early. Logged at most once a minute, with positions and ts only.
 func (s *session) lateEvents(ps *partState, n int, ts uint64, now time.Time) {
 	s.c.m.lateEvents.Add(float64(n))
 	s.lateCount += n

@@ -39,11 +39,11 @@ type FlowStatus struct {
 	Name    string   `json:"name"`
 	Tables  []uint32 `json:"tables"`
 	Fatal   bool     `json:"fatal"`
-	// Windows are the tables' current coverage windows (DESIGN 7); absent
+	// Windows are the tables' current coverage windows; absent
 	// while they are being established or when Redis did not answer.
 	Windows []meta.Window `json:"windows,omitempty"`
 	// SnapshotTS is the ts of the newest listed snapshot and
-	// TruncatedBefore the truncation point (DESIGN 10); 0 for none or when
+	// TruncatedBefore the truncation point; 0 for none or when
 	// Redis did not answer. `consumer flows` also shows the log bytes
 	// after the snapshot, which takes reading the metas from GCS.
 	SnapshotTS      uint64 `json:"snapshot_ts"`

@@ -40,8 +40,9 @@ func putBuf(b []byte) {
 	}
 }
 
-// fileKey identifies one temp file of a generation: DESIGN section 5 keys
-// files by (kafka partition, flow, table, region, cf, op, is_meta).
+// fileKey identifies one temp file of a generation, the chunk of one
+// (kafka partition, flow, table, region, cf, op, is_meta) in the flow's
+// data object (docs/FORMAT.md, "Data objects and chunks").
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
@@ -54,7 +55,7 @@ type fileKey struct {
 
 // tempFile is one append-only temp file: a chunk of a data object in the
 // making. It frames entries into a buffer and hashes and writes the buffer
-// when it fills, so the sha256 and stats of DESIGN section 5 are known
+// when it fills, so the sha256 and stats of its chunk's meta are known
 // when the file is frozen without reading it again. Its bytes go to its
 // generation's segment file (segment.go), at the extents it records.
 //

@@ -1,7 +1,8 @@
 // Package sink stores flowlog's backups in an object store: the Bucket
 // contract every backend implements (an in-memory one here, GCS in sink/gcs),
-// the object layout and meta JSON of DESIGN section 6, the data-object
-// builder, and the readers that restore and verify a flow's backup.
+// the object layout and meta JSON (docs/FORMAT.md, "Bucket layout"), the
+// data-object builder, and the readers that restore and verify a flow's
+// backup.
 package sink
 
 import (

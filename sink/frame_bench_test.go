@@ -44,7 +44,8 @@ func pipelineLikeEntries(n int) []byte {
 // pipeline-like entries, the two per-byte costs the consumer cannot skip
 // with --compression zstd: the buffer's zstd frame (sink.AppendZstdFrame,
 // the fastest level) and the sha256 of its framed bytes that every chunk's
-// meta carries (DESIGN 6). On one core; compare MB/s with the
+// meta carries (docs/FORMAT.md, "Meta objects"). On one core; compare
+// MB/s with the
 // consumer's core-seconds per GB of BenchmarkPipeline
 // (docs/SIZING.md, "Throughput and CPU of the flush").
 func BenchmarkTempBuffer(b *testing.B) {

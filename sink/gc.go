@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// Garbage collection (DESIGN 10): delete the objects under the prefix that
+// Garbage collection (docs/FORMAT.md, "Garbage collection rule"): delete
+// the objects under the prefix that
 // no listed meta or snapshot references.
 //
 // Why it never deletes an object a restore needs: PlanGC lists the objects

@@ -47,7 +47,7 @@ func FlowDir(prefix, catalog, flow string) string {
 // <prefix>/<catalog>/<flow>/v1/<YYYYMMDD>/<HH>/<min_ts>-<flow_id>-<cycle_id>.log,
 // the date and hour being the UTC time of minTS's physical part. The flow id
 // keeps a flow dropped and created again under the same name apart from the
-// old one, even in one cycle (DESIGN 4).
+// old one, even in one cycle (docs/FORMAT.md, "Bucket layout").
 func DataPath(prefix, catalog, flow string, flowID uint32, minTS uint64, cycleID string) string {
 	date, hour := event.DateHour(minTS)
 	return FlowDir(prefix, catalog, flow) + "/" + date + "/" + hour + "/" + strconv.FormatUint(minTS, 10) + "-" +

@@ -154,7 +154,7 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// Issue 10 item 2: a consumer builds a data object per flow per cycle, every
+// A consumer builds a data object per flow per cycle, every
 // second or so. Building one must not allocate a fresh zstd encoder with
 // its window history (16 MiB at an 8 MiB window, once a chunk is past a
 // block of 128 KiB): encoders are borrowed from a pool for one chunk at a

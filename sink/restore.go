@@ -25,7 +25,8 @@ type RestoreOptions struct {
 	// Tables restricts the restore to these table ids; nil means all.
 	Tables map[int64]bool
 	// Windows, when not nil, restricts the restore to these tables and
-	// each table to the events of its coverage window (DESIGN 7): only
+	// each table to the events of its coverage window (docs/FORMAT.md,
+	// "Coverage rule"): only
 	// events with Since < ts <= Until are read. A put whose default-CF
 	// value was prewritten at or before Since has no value in the backup:
 	// its key is left out and counted in RestoreStats.NoValue.
@@ -54,7 +55,8 @@ type RestoreOptions struct {
 	// Snapshots are the flow's listed snapshots (snapshots:<flow_id>).
 	// With Windows set, each table is read from the newest one at or below
 	// TS that was cut from the table's window (same since), plus the log
-	// after it (DESIGN 10); the result is the same as from the log alone.
+	// after it (docs/FORMAT.md, "Restore rule"); the result is the same as
+	// from the log alone.
 	Snapshots []SnapshotRef
 	// TruncatedBefore is the flow's truncation point (truncated_before),
 	// 0 if none: a TS below it, or a table that needs the log before it,

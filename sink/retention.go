@@ -44,7 +44,8 @@ func (m LoggedMeta) LogBytesAfter(ts uint64) int64 {
 const TruncateKeepDefault = "holds default-CF values a later write may need"
 
 // PlanTruncate returns the indexes of the metas a truncate at a snapshot at
-// s may drop: those whose files all have max_ts <= s (DESIGN 10), except any
+// s may drop: those whose files all have max_ts <= s (docs/FORMAT.md,
+// "Truncate rule"), except any
 // meta with a default-CF file that may hold a value a write after s needs.
 //
 // A put committed after s names its value by start ts, and the value was

@@ -81,7 +81,8 @@ type SnapshotStats struct {
 
 // Snapshot computes the MVCC state of o.Windows' tables at o.TS exactly as
 // Restore does (same plan, same external sorts, same memory bound) and
-// writes it as a snapshot (DESIGN 10): per table one .snap object of zstd
+// writes it as a snapshot (docs/FORMAT.md, "Snapshot objects"): per table
+// one .snap object of zstd
 // chunks of framed entries sorted by key (the data key at its commit ts
 // and the resolved value; keys without a value in the backup go to
 // no-value chunks), each uploaded with the DoesNotExist precondition and

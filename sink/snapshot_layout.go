@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Snapshot objects (DESIGN 10):
+// Snapshot objects (docs/FORMAT.md, "Snapshot objects"):
 //
 //	<prefix>/<catalog>/<flow>/v1/snapshot/<ts:020d>-<flow_id>/<table_id>.snap    zstd chunks of framed entries sorted by key
 //	<prefix>/<catalog>/<flow>/v1/snapshot/<ts:020d>-<flow_id>/snapshot.meta      SnapshotMeta JSON

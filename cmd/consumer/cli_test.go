@@ -8,9 +8,9 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// TestCommandLineErrors is issue 11.4: a typo or a bad value is one line
-// naming the problem and the command's -h, not the whole flag list; a
-// problem from the environment names the variable.
+// TestCommandLineErrors checks that a typo or a bad value is one line naming
+// the problem and the command's -h, not the whole flag list; a problem from
+// the environment names the variable.
 func TestCommandLineErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

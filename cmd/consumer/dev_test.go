@@ -65,10 +65,10 @@ func environ(vars map[string]string) []string {
 	return out
 }
 
-// TestDevKeepRunning is issue 11.3: dev with --keep-running writes an env
-// file the other commands run with, keeps the checkpoint moving with
-// heartbeats, stops cleanly on SIGTERM and SIGINT (exit 0, summary), saves
-// its private Redis, and a rerun continues from it on the same addresses.
+// TestDevKeepRunning checks that dev with --keep-running writes an env file
+// the other commands run with, keeps the checkpoint moving with heartbeats,
+// stops cleanly on SIGTERM and SIGINT (exit 0, summary), saves its private
+// Redis, and a rerun continues from it on the same addresses.
 func TestDevKeepRunning(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -247,8 +247,9 @@ func TestDevFlags(t *testing.T) {
 	}
 }
 
-// TestDevRedactsRedisURL is issue 13.7: dev logs the Redis URL it tried
-// with the password redacted.
+// TestDevRedactsRedisURL checks that dev logs the Redis URL it tried with the
+// password redacted: a log is read by more people than the secret is meant
+// for.
 func TestDevRedactsRedisURL(t *testing.T) {
 	const secret = "s3cret"
 	port, err := testenv.FreePort()

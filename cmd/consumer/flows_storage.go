@@ -14,8 +14,9 @@ import (
 // report, they must not hang on an unreachable store.
 const storageTimeout = 20 * time.Second
 
-// retentionState sets the Redis side of a row's retention columns: its
-// newest listed snapshot and its truncation point (DESIGN 10).
+// retentionState sets the Redis side of a row's retention columns: its newest
+// listed snapshot and its truncation point (docs/FORMAT.md, "Snapshot rule"
+// and "Truncate rule").
 func retentionState(ctx context.Context, st *meta.Store, row *flowRow) error {
 	snaps, err := st.Snapshots(ctx, row.ID)
 	if err != nil {

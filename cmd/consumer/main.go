@@ -52,7 +52,7 @@ var commands = map[string]func(context.Context, []string) error{
 	"verify":  runVerify,
 	"flows":   runFlows,
 	"status":  runStatus,
-	// snapshots and retention (DESIGN 10)
+	// snapshots and retention (docs/RESTORE.md)
 	"snapshot": runSnapshot,
 	"truncate": runTruncate,
 	"gc":       runGC,

@@ -10,9 +10,10 @@ import (
 var devOnlyDeps = []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/fsouza/fake-gcs-server/fakestorage",
 	"github.com/alicebob/miniredis/v2", "github.com/yuin/gopher-lua"}
 
-// TestNodevLeavesOutDevDeps is issue 13.8: built with -tags nodev, the
+// TestNodevLeavesOutDevDeps checks that, built with -tags nodev, the
 // consumer does not link the embedded Kafka, GCS emulator or Redis
-// emulator; built without it, it does.
+// emulator, and built without it, it does: a production build carries no
+// test servers.
 func TestNodevLeavesOutDevDeps(t *testing.T) {
 	deps := func(tags ...string) string {
 		out, err := exec.Command("go", append(append([]string{"list", "-deps"}, tags...), ".")...).CombinedOutput()

@@ -263,8 +263,9 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 }
 
 // claimPrefix records group as the owner of the Redis prefix, or refuses to
-// start when another group owns it (DESIGN section 7): two groups under one
-// prefix would both commit offsets and metas of the same partitions.
+// start when another group owns it (docs/FORMAT.md, "Commit protocol"): two
+// groups under one prefix would both commit offsets and metas of the same
+// partitions.
 func claimPrefix(ctx context.Context, store *meta.Store, prefix, group string) error {
 	err := store.ClaimOwner(ctx, group)
 	var oe *meta.OwnerError

@@ -8,9 +8,9 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// TestSecretsStayOut is issue 13.7: a password in --redis-url is never
-// printed, SASL PLAIN without TLS needs --kafka-sasl-allow-plaintext, and
-// SASL credentials without a mechanism are refused.
+// TestSecretsStayOut checks that a password in --redis-url is never printed,
+// SASL PLAIN without TLS needs --kafka-sasl-allow-plaintext, and SASL
+// credentials without a mechanism are refused.
 func TestSecretsStayOut(t *testing.T) {
 	const secret = "s3cret"
 	for _, tc := range []struct {

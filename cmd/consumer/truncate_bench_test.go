@@ -13,17 +13,17 @@ import (
 
 var benchTruncMid = flag.Bool("truncbench-mid", false, "BenchmarkTruncateStorage: snapshot halfway through a cycle instead of at its end")
 
-// BenchmarkTruncateStorage measures what DESIGN 10's truncate leaves: on
-// the flow of BenchmarkSnapshotRestore (-snapbench-mib of log), `consumer
-// snapshot` at 90% of the history (a checkpoint, as a scheduled snapshot
-// takes it), `consumer truncate --until` it, then the bytes stored (every
-// object but the checkpoints) against the snapshot's objects plus the log a
-// restore at the checkpoint still reads (the listed chunks with an event
-// after the snapshot, and their metas). It reports that ratio (the goal is
-// at most 1.05) and the sizes. Run it with -benchtime=1x. With
-// -truncbench-mid the snapshot is halfway through a cycle, as when several
-// consumers' cycles do not end at the flow's checkpoint: the cycle holding
-// the snapshot's ts is then kept whole.
+// BenchmarkTruncateStorage measures what truncate leaves (docs/FORMAT.md,
+// "Truncate rule"): on the flow of BenchmarkSnapshotRestore (-snapbench-mib
+// of log), `consumer snapshot` at 90% of the history (a checkpoint, as a
+// scheduled snapshot takes it), `consumer truncate --until` it, then the
+// bytes stored (every object but the checkpoints) against the snapshot's
+// objects plus the log a restore at the checkpoint still reads (the listed
+// chunks with an event after the snapshot, and their metas). It reports that
+// ratio (the goal is at most 1.05) and the sizes. Run it with -benchtime=1x.
+// With -truncbench-mid the snapshot is halfway through a cycle, as when
+// several consumers' cycles do not end at the flow's checkpoint: the cycle
+// holding the snapshot's ts is then kept whole.
 func BenchmarkTruncateStorage(b *testing.B) {
 	ctx := context.Background()
 	sb := newSnapBench(b)

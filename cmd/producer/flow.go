@@ -40,7 +40,8 @@ type flowSpec struct {
 	Comment        string            `json:"comment,omitempty"`
 }
 
-// flowDDL is the FlowDDL JSON of DESIGN section 4.
+// flowDDL is the FlowDDL JSON the consumer parses (docs/FORMAT.md,
+// "FlowDDL records").
 type flowDDL struct {
 	Op          string                `json:"op"`
 	Flow        flowSpec              `json:"flow"`

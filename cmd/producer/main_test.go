@@ -98,9 +98,10 @@ func silentBroker(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestUnreachableBroker is issue 11.2: a publish that no broker
-// acknowledges ends within --timeout with a non-zero exit that names the
-// broker and the cause, after saying on stderr what it waits for.
+// TestUnreachableBroker checks that a publish no broker acknowledges ends
+// within --timeout with a non-zero exit that names the broker and the cause,
+// after saying on stderr what it waits for: a script that publishes a flow
+// must never hang, and its operator must see why it failed.
 func TestUnreachableBroker(t *testing.T) {
 	refused, silent := closedPort(t), silentBroker(t)
 	for _, tc := range []struct {
@@ -154,8 +155,8 @@ func TestFastBrokerIsNotAnnounced(t *testing.T) {
 	}
 }
 
-// TestCommandLineErrors is issue 11.4: a typo or a bad value is one line
-// with a pointer to the command's -h.
+// TestCommandLineErrors checks that a typo or a bad value is one line with
+// a pointer to the command's -h, not a usage dump that hides the problem.
 func TestCommandLineErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -16,8 +16,9 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// TestFlowWait is issue 11.6: producer flow --wait tells applied from
-// rejected, with a running DDL applier over real Redis and Kafka.
+// TestFlowWait checks that producer flow --wait tells applied from rejected,
+// with a running DDL applier over real Redis and Kafka: a script may publish
+// data only once its flow exists.
 func TestFlowWait(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	rd := testenv.StartRedis(t)

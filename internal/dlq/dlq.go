@@ -1,6 +1,6 @@
 // Package dlq writes records that cannot be applied to the dead-letter topic
-// (DESIGN section 2): the original key and value, with headers naming where
-// the record came from and why it was rejected.
+// (docs/FORMAT.md, "DLQ records"): the original key and value, with headers
+// naming where the record came from and why it was rejected.
 package dlq
 
 import (
