@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -83,49 +82,6 @@ func procStatusBytes(pid int, name string) int64 {
 	return 0
 }
 
-// fdPeak samples the number of open descriptors of a process every 20ms
-// and keeps the largest.
-type fdPeak struct {
-	mu   sync.Mutex
-	peak int
-	stop chan struct{}
-	done chan struct{}
-}
-
-func sampleProcFDs(t testing.TB, pid int) *fdPeak {
-	s := &fdPeak{stop: make(chan struct{}), done: make(chan struct{})}
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	go func() {
-		defer close(s.done)
-		for {
-			if ents, err := os.ReadDir(dir); err == nil {
-				s.mu.Lock()
-				s.peak = max(s.peak, len(ents))
-				s.mu.Unlock()
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { s.halt() })
-	return s
-}
-
-func (s *fdPeak) halt() int {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.peak
-}
-
 // waitCheckpointOrExit waits until flow faultFlow's checkpoint reaches ts
 // or cons exits, whichever comes first, and fails the test if cons exited.
 func waitCheckpointOrExit(t *testing.T, c *cluster, cons *proc, ts uint64, timeout time.Duration) {
@@ -175,7 +131,7 @@ func TestHostileManyRegionsLowFileLimit(t *testing.T) {
 	if got := procLimit(pid, "Max open files"); got != nofile {
 		t.Fatalf("consumer runs with an open file limit of %d, want %d", got, nofile)
 	}
-	fds := sampleProcFDs(t, pid)
+	fds := testenv.SampleFDs(t, pid, 20*time.Millisecond)
 	waitCheckpointOrExit(t, c, cons, want.maxResolved, 3*time.Minute)
 	took := time.Since(start)
 	got, dup := faultCheckBackup(t, c, want, 30*time.Second)
@@ -183,7 +139,7 @@ func TestHostileManyRegionsLowFileLimit(t *testing.T) {
 	defer cancel()
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", meta.NewStore(c.Redis.Client(t), "flowlog", nil), 4)
 	hwm := procStatusBytes(pid, "VmHWM:")
-	peak := fds.halt()
+	peak := fds.Halt()
 	t.Logf("%s; %d events of the flow backed up in %d chunks of %d metas (%d duplicates) in %v; "+
 		"open descriptors peaked at %d of %d; VmHWM %d MiB",
 		strings.TrimSpace(out), want.total, got.chunks, got.metas, dup, took.Round(time.Millisecond), peak, nofile, hwm>>20)

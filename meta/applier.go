@@ -31,8 +31,6 @@ type ApplierConfig struct {
 	DLQ        *dlq.Writer // where invalid and rejected DDL goes
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	// PollInterval is Run's pause between catch-ups; default 500ms.
-	PollInterval time.Duration
 	// StallTimeout bounds how long CatchUp waits for a record below the end
 	// offsets it listed before giving up with an error; default 10s.
 	StallTimeout time.Duration
@@ -100,9 +98,6 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 500 * time.Millisecond
-	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 10 * time.Second
 	}
@@ -141,23 +136,6 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 
 // Close closes the applier's Kafka client. A CatchUp in flight fails.
 func (a *Applier) Close() { a.cl.Close() }
-
-// Run catches up every PollInterval until ctx is done, logging errors and
-// trying again; it returns nil when ctx is done.
-func (a *Applier) Run(ctx context.Context) error {
-	t := time.NewTicker(a.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		if _, err := a.CatchUp(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("ddl catch-up failed; retrying", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
 
 // CatchUp is the DDL barrier: it lists the DDL topic's end offsets and
 // handles every record below them (and any later one fetched on the way),

@@ -66,12 +66,11 @@ func (e *ddlEnv) applier(t *testing.T, log *slog.Logger) *applier {
 	reg := prometheus.NewRegistry()
 	r := meta.NewRegistry(e.s)
 	a, err := meta.NewApplier(e.s, r, meta.ApplierConfig{
-		Topic:        testenv.DDLTopic,
-		KafkaOpts:    []kgo.Opt{kgo.SeedBrokers(e.k.ListenAddrs()...)},
-		DLQ:          dlq.New(e.k.Client(t), testenv.DLQTopic, reg),
-		Logger:       log,
-		Registerer:   reg,
-		PollInterval: 20 * time.Millisecond,
+		Topic:      testenv.DDLTopic,
+		KafkaOpts:  []kgo.Opt{kgo.SeedBrokers(e.k.ListenAddrs()...)},
+		DLQ:        dlq.New(e.k.Client(t), testenv.DLQTopic, reg),
+		Logger:     log,
+		Registerer: reg,
 	})
 	if err != nil {
 		t.Fatalf("NewApplier: %v", err)
@@ -400,25 +399,5 @@ func TestApplierConcurrent(t *testing.T) {
 		if got := a.r.Flows(); len(got) != valid {
 			t.Errorf("registry has %d flows, want %d", len(got), valid)
 		}
-	}
-}
-
-func TestApplierRun(t *testing.T) {
-	e := newDDLEnv(t)
-	a := e.applier(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	e.publish(t, ddlJSON("create", "late", 7))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(a.r.ForTable(7)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Run did not apply the DDL")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
 	}
 }

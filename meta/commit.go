@@ -261,20 +261,15 @@ func (s *Store) Offset(ctx context.Context, topic string, partition int32) (int6
 	return getOffset(ctx, s.rdb, s.keys.Offset(topic, partition))
 }
 
-// PartitionCheckpoints returns the committed checkpoint of each of
-// partitions that has one; partitions without one are absent from the map.
-func (s *Store) PartitionCheckpoints(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, error) {
-	out, _, err := s.PartitionCheckpointsIdle(ctx, topic, partitions)
-	return out, err
-}
-
 // CkptIdle is the value of ckpt:<topic>:<partition> while every region of
 // the partition has dropped out: it holds the checkpoint at nothing.
 const CkptIdle = "idle"
 
-// PartitionCheckpointsIdle is PartitionCheckpoints that also reports the
-// partitions whose ckpt is CkptIdle (left out of the global checkpoint).
-func (s *Store) PartitionCheckpointsIdle(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, map[int32]bool, error) {
+// PartitionCheckpoints returns the committed checkpoint of each of
+// partitions that has one, and the partitions whose ckpt is CkptIdle (left
+// out of the global checkpoint); partitions with neither are in neither
+// map.
+func (s *Store) PartitionCheckpoints(ctx context.Context, topic string, partitions []int32) (map[int32]uint64, map[int32]bool, error) {
 	out := make(map[int32]uint64, len(partitions))
 	idle := map[int32]bool{}
 	if len(partitions) == 0 {

@@ -109,9 +109,9 @@ func TestCommitLeaseFencing(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(metas, want) {
 			t.Errorf("Metas = %+v, %v; want %+v", metas, err, want)
 		}
-		cps, err := s.PartitionCheckpoints(ctx, topic, []int32{0, 1, 2})
-		if err != nil || !reflect.DeepEqual(cps, map[int32]uint64{0: 400}) {
-			t.Errorf("PartitionCheckpoints = %v, %v", cps, err)
+		cps, idle, err := s.PartitionCheckpoints(ctx, topic, []int32{0, 1, 2})
+		if err != nil || !reflect.DeepEqual(cps, map[int32]uint64{0: 400}) || len(idle) != 0 {
+			t.Errorf("PartitionCheckpoints = %v, idle %v, %v", cps, idle, err)
 		}
 	})
 

@@ -255,17 +255,17 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Listed is everything Redis references in the bucket, as gc needs it.
-type Listed struct {
+// References is everything Redis references in the bucket, as gc needs it.
+type References struct {
 	Metas     []string        // every member of every metas:<id>
 	Snapshots []string        // every member of every snapshots:<id>
 	KnownIDs  map[uint32]bool // KnownFlowIDs
 }
 
-// Listed reads every listed meta and snapshot of every flow id that has
-// any, live or dropped, and the flow ids this prefix has or had.
-func (s *Store) Listed(ctx context.Context) (Listed, error) {
-	var l Listed
+// References reads every listed meta and snapshot of every flow id that
+// has any, live or dropped, and the flow ids this prefix has or had.
+func (s *Store) References(ctx context.Context) (References, error) {
+	var l References
 	known, err := s.KnownFlowIDs(ctx)
 	if err != nil {
 		return l, err

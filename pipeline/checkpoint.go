@@ -64,7 +64,7 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	} else if n > 0 {
 		c.log.Info("coverage windows final", "entries", n)
 	}
-	cks, idle, err := c.d.Store.PartitionCheckpointsIdle(ctx, topic, live)
+	cks, idle, err := c.d.Store.PartitionCheckpoints(ctx, topic, live)
 	if err != nil {
 		return err
 	}

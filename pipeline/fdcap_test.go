@@ -2,9 +2,7 @@ package pipeline_test
 
 import (
 	"context"
-	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,55 +13,6 @@ import (
 	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
 )
-
-// openFDs counts the process's open file descriptors.
-func openFDs() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	return len(ents)
-}
-
-// fdSampler records the largest openFDs it sees until stopped.
-type fdSampler struct {
-	mu   sync.Mutex
-	peak int
-	stop chan struct{}
-	done chan struct{}
-}
-
-func sampleFDs(t *testing.T) *fdSampler {
-	s := &fdSampler{peak: openFDs(), stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			n := openFDs()
-			s.mu.Lock()
-			s.peak = max(s.peak, n)
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { s.halt() })
-	return s
-}
-
-func (s *fdSampler) halt() int {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.peak
-}
 
 // Every (partition, flow, table, region, cf, op) of a generation is a
 // temp file. Thousands of regions with one event each must
@@ -123,8 +72,8 @@ func TestManyTinyTempFiles(t *testing.T) {
 			})
 			r.start()
 			id := r.createFlow("tiny", 1)
-			base := openFDs()
-			fds := sampleFDs(t)
+			base := testenv.OpenFDs(0)
+			fds := testenv.SampleFDs(t, 0, 2*time.Millisecond)
 
 			// Two rounds over every region, one event per record: each
 			// file is closed between its two appends.
@@ -155,7 +104,7 @@ func TestManyTinyTempFiles(t *testing.T) {
 				}, "a cycle committed without a requested flush")
 			}
 			r.flush()
-			peak := fds.halt()
+			peak := fds.Halt()
 
 			metas, got := r.entries(id)
 			checkOnce(t, got, want)

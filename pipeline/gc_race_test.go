@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -31,15 +31,6 @@ func (b *slowCommitBucket) Upload(ctx context.Context, obj sink.Object) error {
 		time.Sleep(rand.N(b.delay))
 	}
 	return err
-}
-
-// gcRefs reads every listed meta and snapshot as consumer gc does
-// (meta.Store.Listed).
-func gcRefs(st *meta.Store) func(context.Context) (sink.GCRefs, error) {
-	return func(ctx context.Context) (sink.GCRefs, error) {
-		l, err := st.Listed(ctx)
-		return sink.GCRefs{Metas: l.Metas, Snapshots: l.Snapshots, KnownIDs: l.KnownIDs}, err
-	}
 }
 
 // TestGCWhileCommitting runs gc over and over with a short grace while the
@@ -85,7 +76,7 @@ func TestGCWhileCommitting(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-			plan, err := sink.PlanGC(ctx, bucket, sink.GCOptions{Prefix: "backup", Grace: grace, Parallel: 4, Refs: gcRefs(r.store)})
+			plan, err := sink.PlanGC(ctx, bucket, sink.GCOptions{Prefix: "backup", Grace: grace, Parallel: 4, Refs: backup.GCRefs(r.store)})
 			if err == nil {
 				var n int
 				n, _, err = sink.DeleteObjects(ctx, bucket, plan.Delete, 4, nil)
@@ -241,7 +232,7 @@ func TestLateCommitUploadsAgain(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			plan, err := sink.PlanGC(ctx, bucket, sink.GCOptions{Prefix: "backup", Grace: 300 * time.Millisecond, Refs: gcRefs(r.store)})
+			plan, err := sink.PlanGC(ctx, bucket, sink.GCOptions{Prefix: "backup", Grace: 300 * time.Millisecond, Refs: backup.GCRefs(r.store)})
 			if err == nil {
 				_, _, err = sink.DeleteObjects(ctx, bucket, plan.Delete, 2, nil)
 			}

@@ -128,8 +128,8 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) { c.MaxMemory = maxMemory })
 	r.start()
 	id := r.createFlow("mem", 1)
-	base := openFDs()
-	fds := sampleFDs(t)
+	base := testenv.OpenFDs(0)
+	fds := testenv.SampleFDs(t, 0, 2*time.Millisecond)
 
 	want := map[string]int{}
 	var recs []*kgo.Record
@@ -147,7 +147,7 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	}
 	r.waitHandled(int64(len(recs)))
 	r.flush()
-	peak := fds.halt()
+	peak := fds.Halt()
 
 	metas, got := r.entries(id)
 	checkOnce(t, got, want)

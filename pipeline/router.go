@@ -1,9 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
-	"sort"
-
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 )
@@ -56,76 +53,4 @@ func (r *Router) Route(encoded []byte) (flows []*meta.Flow, table int64, isMeta 
 	default:
 		return nil, 0, false, reasonNoTbl
 	}
-}
-
-// Selector picks flows the way TiKV's log-backup router selects tasks: by
-// name, by a key, by a key range, or all.
-type Selector struct {
-	Catalog, Name string // by name (Catalog "" means "default")
-	Key           []byte // by encoded key
-	Start, End    []byte // by encoded range [Start, End); End nil = unbounded
-	All           bool
-}
-
-// Select returns the flows sel matches, sorted by id.
-func (r *Router) Select(sel Selector) []*meta.Flow {
-	var out []*meta.Flow
-	for _, f := range r.reg.Flows() {
-		switch {
-		case sel.All:
-		case sel.Name != "":
-			cat := sel.Catalog
-			if cat == "" {
-				cat = "default"
-			}
-			if f.Info.CatalogName != cat || f.Info.FlowName != sel.Name {
-				continue
-			}
-		case sel.Key != nil:
-			if !coversKey(f, sel.Key) {
-				continue
-			}
-		case sel.Start != nil:
-			if !overlaps(f, sel.Start, sel.End) {
-				continue
-			}
-		default:
-			continue
-		}
-		out = append(out, f)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-// FlowRanges returns the encoded key ranges a flow covers, sorted by start.
-func FlowRanges(f *meta.Flow) [][2][]byte {
-	ids := append([]uint32(nil), f.Info.SourceTableIDs...)
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	out := make([][2][]byte, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, [2][]byte{
-			event.EncodeBytes(nil, event.TablePrefix(int64(id))),
-			event.EncodeBytes(nil, event.TablePrefix(int64(id)+1)),
-		})
-	}
-	return out
-}
-
-func coversKey(f *meta.Flow, key []byte) bool {
-	for _, r := range FlowRanges(f) {
-		if bytes.Compare(key, r[0]) >= 0 && bytes.Compare(key, r[1]) < 0 {
-			return true
-		}
-	}
-	return false
-}
-
-func overlaps(f *meta.Flow, start, end []byte) bool {
-	for _, r := range FlowRanges(f) {
-		if (end == nil || bytes.Compare(r[0], end) < 0) && bytes.Compare(start, r[1]) < 0 {
-			return true
-		}
-	}
-	return false
 }

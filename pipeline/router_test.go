@@ -63,40 +63,14 @@ func TestRouterKeyLookupAroundTwoRanges(t *testing.T) {
 		{"after the second range", event.RowKey(21, 0), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := names(r.Select(pipeline.Selector{Key: enc(tc.key)}))
 			flows, _, _, reason := r.Route(enc(tc.key))
 			routed := names(flows)
 			want := []string(nil)
 			if tc.want != "" {
 				want = []string{tc.want}
 			}
-			if !equal(got, want) || !equal(routed, want) {
-				t.Fatalf("Select by key = %v, Route = %v (reason %q); want %v", got, routed, reason, want)
-			}
-		})
-	}
-}
-
-// Mirrors TiKV's task selection: by name, by key, by range and all.
-func TestRouterSelect(t *testing.T) {
-	r := routerWith(t, map[string][]uint32{"a": {1, 2}, "b": {2, 3}, "c": {9}})
-	for _, tc := range []struct {
-		name string
-		sel  pipeline.Selector
-		want []string
-	}{
-		{"by name", pipeline.Selector{Name: "b"}, []string{"b"}},
-		{"by name in another catalog", pipeline.Selector{Catalog: "other", Name: "b"}, nil},
-		{"by key shared by two flows", pipeline.Selector{Key: enc(event.RowKey(2, 5))}, []string{"a", "b"}},
-		{"by key of one flow", pipeline.Selector{Key: enc(event.RowKey(9, 5))}, []string{"c"}},
-		{"by range over tables 3..9", pipeline.Selector{Start: enc(event.TablePrefix(3)), End: enc(event.TablePrefix(9))}, []string{"b"}},
-		{"by range touching table 9 start", pipeline.Selector{Start: enc(event.TablePrefix(4)), End: enc(event.RowKey(9, 0))}, []string{"c"}},
-		{"by unbounded range", pipeline.Selector{Start: enc(event.TablePrefix(3))}, []string{"b", "c"}},
-		{"all", pipeline.Selector{All: true}, []string{"a", "b", "c"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := names(r.Select(tc.sel)); !equal(got, tc.want) {
-				t.Fatalf("Select(%+v) = %v, want %v", tc.sel, got, tc.want)
+			if !equal(routed, want) {
+				t.Fatalf("Route = %v (reason %q); want %v", routed, reason, want)
 			}
 		})
 	}

@@ -43,6 +43,8 @@ func TestCommandLineErrors(t *testing.T) {
 				`redis-prefix "a b": must not contain braces or whitespace (from FLOWLOG_REDIS_PREFIX)`,
 				`--log-format: "xml" is neither json nor text (from FLOWLOG_LOG_FORMAT)`,
 			}},
+		{"group with a slash", []string{"restore", "--group", "a/b", "--flow", "f", "--out", "o"}, nil, 1, []string{
+			"consumer restore: invalid configuration:", `--group "a/b": must be 1 to 128 characters of [A-Za-z0-9._-] (it becomes part of object names)`}},
 		{"flush size too small", []string{"run", "--flush-size", "1"}, nil, 1, []string{
 			"consumer run: invalid configuration:", "--flush-size: 1 bytes is below the minimum of 64KiB"}},
 		{"no GCS", nil, []string{"HOME=" + t.TempDir(), "CLOUDSDK_CONFIG=" + t.TempDir()}, 1, []string{

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
+	"github.com/flowlog/flowlog/internal/loopback"
 	"github.com/flowlog/flowlog/meta"
 )
 
@@ -47,7 +48,7 @@ func devGCS(dir string, port int, bucket string) (*fakestorage.Server, error) {
 		return nil, err
 	}
 	if port == 0 {
-		p, err := freePort()
+		p, err := loopback.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +93,7 @@ func devRedis(ctx context.Context, rc *meta.Config, port int, dir string, log *s
 		return func() { shutdownRedis(left, nil, addrFile, log) }, nil
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = loopback.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -219,13 +220,4 @@ func shutdownRedis(addr string, p *redisProc, addrFile string, log *slog.Logger)
 	if addrFile != "" {
 		_ = os.Remove(addrFile)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,17 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 )
-
-// tsTime renders a TSO as the UTC wall time of its physical part.
-func tsTime(ts uint64) string {
-	if ts == 0 {
-		return "-"
-	}
-	return event.PhysicalTime(ts).UTC().Format(time.RFC3339Nano)
-}
 
 // flowRow is one line of `consumer flows`.
 type flowRow struct {
@@ -41,10 +34,10 @@ type flowRow struct {
 	LastFlushTS            uint64  `json:"last_flush_ts"`
 	LastFlushTime          string  `json:"last_flush_time"`
 	Metas                  int     `json:"metas"`
-	// Windows are the tables' coverage windows, oldest first (DESIGN 7).
+	// Windows are the tables' coverage windows, oldest first.
 	Windows []meta.Window `json:"windows"`
 	// SnapshotTS is the ts of the newest listed snapshot, 0 if none;
-	// TruncatedBefore the truncation point, 0 if never truncated (DESIGN 10).
+	// TruncatedBefore the truncation point, 0 if never truncated.
 	SnapshotTS      uint64 `json:"snapshot_ts"`
 	TruncatedBefore uint64 `json:"truncated_before"`
 	// LogBytesAfterSnapshot is the stored bytes of the listed chunks with
@@ -85,7 +78,7 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 			return nil, err
 		}
 		row.Metas = len(refs)
-		if row.Windows, err = flowWindows(ctx, st, id); err != nil {
+		if row.Windows, err = backup.Windows(ctx, st, id); err != nil {
 			return nil, err
 		}
 		if err := retentionState(ctx, st, &row); err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -52,32 +53,24 @@ func runGC(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	cfg.metrics.init("gc")
+	cfg.metrics.register("gc")
 	start := time.Now()
-	err = collect(ctx, &cfg, st, b)
+	err = gc(ctx, &cfg, st, b)
 	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {
 		return merr
 	}
 	return err
 }
 
-// gcRefs reads every listed meta and snapshot of every flow id that has any,
-// live or dropped (meta.Store.Listed).
-func gcRefs(st *meta.Store) func(ctx context.Context) (sink.GCRefs, error) {
-	return func(ctx context.Context) (sink.GCRefs, error) {
-		l, err := st.Listed(ctx)
-		return sink.GCRefs{Metas: l.Metas, Snapshots: l.Snapshots, KnownIDs: l.KnownIDs}, err
-	}
-}
-
-// collect runs a parsed `consumer gc`.
-func collect(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
+// gc runs a parsed `consumer gc`: sink.PlanGC decides what nothing
+// references (backup.GCRefs), this prints it and deletes it.
+func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
 	if cfg.Grace < minSafeGrace {
 		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/RESTORE.md, \"Retention: truncate and gc\")\n",
 			cfg.Grace, minSafeGrace)
 	}
-	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: gcRefs(st)})
+	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: backup.GCRefs(st)})
 	if err != nil {
 		return err
 	}

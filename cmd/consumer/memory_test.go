@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,16 +9,13 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// Issue 10 item 2: `consumer run` makes --max-memory (or
+// TestMaxMemorySetsGoMemoryLimit: `consumer run` makes --max-memory (or
 // FLOWLOG_MAX_MEMORY) the Go soft memory limit, unless GOMEMLIMIT is set,
-// which then stays. The start log reports the limit the runtime has. A
-// refused Redis ends each run right after.
+// which then stays: without a limit the heap grows past the budget the
+// operator sized the machine for. The start log reports the limit the
+// runtime has. A refused Redis ends each run right after.
 func TestMaxMemorySetsGoMemoryLimit(t *testing.T) {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
+	refused := "redis://" + testenv.ClosedAddr(t) + "/0"
 	args := []string{"run", "--redis-url", refused, "--gcs-endpoint", "127.0.0.1:1"}
 	for _, tc := range []struct {
 		name   string

@@ -37,8 +37,8 @@ func (m *opMetrics) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&m.File, "metrics-file", "", "write this run's metrics to this file, for node_exporter's textfile collector (*.prom)")
 }
 
-// init creates the metrics of command.
-func (m *opMetrics) init(command string) {
+// register creates the metrics of command in a registry of this run's own.
+func (m *opMetrics) register(command string) {
 	m.command = command
 	m.reg = prometheus.NewRegistry()
 	labels := prometheus.Labels{"command": command}

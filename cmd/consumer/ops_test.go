@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flowlog/flowlog/backup/backuptest"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
@@ -22,30 +20,6 @@ import (
 	"github.com/flowlog/flowlog/sink/gcs"
 	"github.com/flowlog/flowlog/sink/sinktest"
 )
-
-// capture runs fn with os.Stdout redirected and returns what it printed.
-func capture(t *testing.T, fn func() error) (string, error) {
-	t.Helper()
-	return captureFile(t, &os.Stdout, fn)
-}
-
-// captureFile runs fn with *f (os.Stdout or os.Stderr) sent to a pipe and
-// returns what fn printed there.
-func captureFile(t *testing.T, f **os.File, fn func() error) (string, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := *f
-	*f = w
-	done := make(chan string)
-	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-	ferr := fn()
-	*f = old
-	w.Close()
-	return <-done, ferr
-}
 
 // opsEnv is a flow "default/f" (id 1) on tables 1 and 2 with two committed
 // cycles in GCS, checkpointed at 300.
@@ -94,7 +68,7 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	openWindows(t, e.store, lease)
+	backuptest.OpenWindows(t, e.store, lease)
 	for i, c := range cycles {
 		c.Prefix, c.Catalog, c.Flow, c.FlowID, c.CycleID = "pre", "default", "f", 1, fmt.Sprintf("c%d", i)
 		m, path := sinktest.WriteCycle(t, b, c)
@@ -123,32 +97,6 @@ func (e *opsEnv) args(extra ...string) []string {
 	return append(append([]string{}, e.conn...), extra...)
 }
 
-// readJSONL returns a table file as "key-hex=value@ts" lines.
-func readJSONL(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r struct {
-			Key      string `json:"key"`
-			Value    []byte `json:"value"`
-			CommitTS uint64 `json:"commit_ts"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%s=%.12s@%d", r.Key, r.Value, r.CommitTS))
-	}
-	return out
-}
-
-func rowHex(table, handle int64) string { return fmt.Sprintf("%x", event.RowKey(table, handle)) }
-
 func TestRestoreVerifyCommands(t *testing.T) {
 	e := newOpsEnv(t)
 	ctx := context.Background()
@@ -160,14 +108,14 @@ func TestRestoreVerifyCommands(t *testing.T) {
 		errSub string
 	}{
 		{"at checkpoint", nil, map[string][]string{
-			"1": {rowHex(1, 2) + "=big value bi@103"},
-			"2": {rowHex(2, 9) + "=nine-2@203"},
+			"1": {backuptest.RowHex(1, 2) + "=big value bi@103"},
+			"2": {backuptest.RowHex(2, 9) + "=nine-2@203"},
 		}, ""},
 		{"earlier ts", []string{"--ts", "150"}, map[string][]string{
-			"1": {rowHex(1, 1) + "=one@101", rowHex(1, 2) + "=big value bi@103"},
-			"2": {rowHex(2, 9) + "=nine@105"},
+			"1": {backuptest.RowHex(1, 1) + "=one@101", backuptest.RowHex(1, 2) + "=big value bi@103"},
+			"2": {backuptest.RowHex(2, 9) + "=nine@105"},
 		}, ""},
-		{"one table", []string{"--ts", "150", "--tables", "2"}, map[string][]string{"2": {rowHex(2, 9) + "=nine@105"}}, ""},
+		{"one table", []string{"--ts", "150", "--tables", "2"}, map[string][]string{"2": {backuptest.RowHex(2, 9) + "=nine@105"}}, ""},
 		{"past checkpoint", []string{"--ts", "301"}, nil, "past the flow's checkpoint 300"},
 		{"unknown flow", []string{"--flow", "nope"}, nil, "no flow default/nope"},
 		{"dropped id unknown", []string{"--flow-id", "77"}, nil, "no such flow"},
@@ -196,7 +144,7 @@ func TestRestoreVerifyCommands(t *testing.T) {
 				t.Fatalf("files %v, want tables %v", files, tc.tables)
 			}
 			for table, want := range tc.tables {
-				got := readJSONL(t, filepath.Join(out, table+".jsonl"))
+				got := backuptest.ReadTable(t, filepath.Join(out, table+".jsonl"))
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Errorf("table %s:\n got %v\nwant %v", table, got, want)
 				}
@@ -299,7 +247,7 @@ func TestRestoreVerifyCommands(t *testing.T) {
 		if _, err := capture(t, func() error { return runRestore(ctx, e.args("--flow-id", "1", "--out", out)) }); err != nil {
 			t.Fatal(err)
 		}
-		if got := readJSONL(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint([]string{rowHex(2, 9) + "=nine-2@203"}) {
+		if got := backuptest.ReadTable(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint([]string{backuptest.RowHex(2, 9) + "=nine-2@203"}) {
 			t.Fatalf("table 2 of dropped flow: %v", got)
 		}
 		if _, err := capture(t, func() error { return runVerify(ctx, e.args("--flow-id", "1")) }); err != nil {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,45 +8,11 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// silentServer is a loopback address that accepts connections and never
-// answers.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-			close(done)
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().String()
-}
-
-// TestRedisUnavailable is issue 11.8: a Redis that refuses or never
-// answers is one line naming its address, password redacted, with no
-// go-redis log lines before it.
+// TestRedisUnavailable: a Redis that refuses or never answers is one line
+// naming its address, password redacted, with no go-redis log lines before
+// it, so that the operator sees which Redis to fix and no secret.
 func TestRedisUnavailable(t *testing.T) {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	silent := silentServer(t)
+	refused, silent := testenv.ClosedAddr(t), testenv.SilentAddr(t)
 	gcs := []string{"--gcs-endpoint", "127.0.0.1:1"}
 	for _, tc := range []struct {
 		name string

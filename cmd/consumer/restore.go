@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -88,80 +88,42 @@ func runRestore(ctx context.Context, args []string) error {
 	return restore(ctx, &cfg, st, b)
 }
 
-// restore runs a parsed `consumer restore`. It reads the checkpoint before
-// it lists the metas: metas only grow, so the list holds every cycle the
-// checkpoint covers, even if a cycle commits and the checkpoint moves in
-// between.
-func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucket) error {
+// restore runs a parsed `consumer restore`: backup.Restore decides what it
+// may write, this prints it.
+func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bucket) error {
 	tables, err := cfg.tables()
 	if err != nil {
 		return err
 	}
-	ref, err := resolveFlow(ctx, st, cfg.conn.GCS.Prefix, cfg.Flow, cfg.FlowID)
+	l, err := flowLookup(cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
 	}
-	ts, err := pickTS(ctx, st, b, &cfg.conn, ref, &cfg.TS, "restoring")
-	if err != nil {
-		return err
-	}
-	if err := listMetas(ctx, st, &ref); err != nil {
-		return err
-	}
-	if cfg.TS.form != "" {
-		fmt.Printf("--ts %s\n", cfg.TS.describe())
-	}
-	windows, err := restorableTables(ctx, st, ref, tables, ts)
-	if err != nil {
-		return err
-	}
-	var snaps []sink.SnapshotRef
-	if cfg.Snapshots {
-		if snaps, err = listSnapshots(ctx, st, ref.ID); err != nil {
-			return err
+	r := reader{ts: &cfg.TS, verb: "restoring", noun: "restore", tables: cfg.Tables}
+	var start time.Time // of the read itself, for its MiB/s
+	notify := func(e backup.Event) {
+		if _, ok := e.(backup.Restoring); ok {
+			start = time.Now()
 		}
+		r.notify(e)
 	}
-	// After the lists: truncate removes metas and records the point in one
-	// MULTI, so this read knows of every truncation the lists reflect.
-	truncated, err := checkTruncated(ctx, st, ref, ts)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	stats, err := sink.Restore(ctx, sink.RestoreOptions{
-		Bucket: b, Flow: ref.sinkFlow(cfg.conn.GCS.Prefix), MetaPaths: ref.Metas, TS: ts, Tables: tables, Windows: windows,
+	res, err := backup.Restore(ctx, cfg.conn.source(st, b), backup.RestoreRequest{
+		Request: backup.Request{Flow: l, TS: cfg.TS.ts, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify},
+		Tables:  tables, LogOnly: !cfg.Snapshots,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
-		Snapshots: snaps, TruncatedBefore: truncated,
 	})
-	var (
-		nd *sink.NoDataError
-		te *sink.TruncatedError
-	)
 	switch {
-	case errors.As(err, &te) && te.Table >= 0 && !cfg.Snapshots:
-		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored from the log alone (--snapshots=false): the log before the truncation point %d (%s) was removed",
-			te.Table, ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
-	case errors.As(err, &te) && te.Table >= 0:
-		return fmt.Errorf("table %d of flow %s/%s (id %d) cannot be restored as of %d: the log before the truncation point %d (%s) was removed and no listed snapshot at or after it holds the table's coverage window (restore the other tables with --tables)",
-			te.Table, ref.Catalog, ref.Name, ref.ID, ts, te.TruncatedBefore, tsTime(te.TruncatedBefore))
-	case errors.As(err, &te):
-		return fmt.Errorf("--ts %d (%s) is before the truncation point of flow %s/%s (id %d): the oldest restorable ts is %d (%s)",
-			ts, tsTime(ts), ref.Catalog, ref.Name, ref.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore))
 	case errors.Is(err, sink.ErrOutDirNotEmpty):
 		return fmt.Errorf("--out %s is not empty: pass --force to write into it (its <table_id>.jsonl files are replaced)", cfg.Out)
-	case errors.As(err, &nd) && nd.First == 0:
-		return fmt.Errorf("flow %s/%s (id %d) has no backed-up write record%s: nothing to restore", ref.Catalog, ref.Name, ref.ID, tablesNote(cfg.Tables))
-	case errors.As(err, &nd):
-		return fmt.Errorf("--ts %d (%s) is before the first backed-up write record%s of flow %s/%s at %d (%s): nothing to restore",
-			ts, tsTime(ts), tablesNote(cfg.Tables), ref.Catalog, ref.Name, nd.First, tsTime(nd.First))
 	case err != nil:
-		return err
+		return r.explain(err)
 	}
+	f, ts, stats := res.Flow, res.TS, res.Stats
 	secs := time.Since(start).Seconds()
 	mb := float64(stats.LogBytes) / (1 << 20)
-	fmt.Printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", ref.Catalog, ref.Name, ref.ID, ts, tsTime(ts), cfg.Out)
+	fmt.Printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", f.Catalog, f.Name, f.ID, ts, tsTime(ts), cfg.Out)
 	fmt.Printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
-		stats.Tables, stats.Keys, stats.Chunks, len(ref.Metas), mb, secs, mb/max(secs, 1e-9))
+		stats.Tables, stats.Keys, stats.Chunks, res.Metas, mb, secs, mb/max(secs, 1e-9))
 	if stats.FromSnapshot > 0 {
 		fmt.Printf("%d tables started from the snapshot at %d (%s); only the log after it was read\n", stats.FromSnapshot, stats.SnapshotTS, tsTime(stats.SnapshotTS))
 	}
@@ -169,78 +131,4 @@ func restore(ctx context.Context, cfg *restoreConfig, st snapStore, b sink.Bucke
 		fmt.Printf("%d keys left out: their value was prewritten before their table's coverage window began, so the backup does not hold it\n", stats.NoValue)
 	}
 	return nil
-}
-
-func tablesNote(tables string) string {
-	if tables == "" {
-		return ""
-	}
-	return " of tables " + tables
-}
-
-// tsFlag is --ts: a TSO, an RFC 3339 time, or a negative duration counted
-// back from when the flag is parsed. A time becomes the last TSO of its
-// millisecond, so that a restore as of a time includes what committed at
-// that time.
-type tsFlag struct {
-	arg  string
-	form string // "" for a TSO, else "time" or "duration"
-	ts   uint64
-}
-
-func (f *tsFlag) String() string { return f.arg }
-
-func (f *tsFlag) Set(s string) error {
-	ts, form, err := parseTS(s, time.Now())
-	if err != nil {
-		return err
-	}
-	*f = tsFlag{arg: s, form: form, ts: ts}
-	return nil
-}
-
-// describe renders the flag and, for a time or duration, the TSO it became.
-func (f *tsFlag) describe() string {
-	if f.form == "" {
-		return f.arg
-	}
-	return fmt.Sprintf("%s is TSO %d (%s)", f.arg, f.ts, tsTime(f.ts))
-}
-
-const tsForms = "want a TSO (431656320867237891), an RFC 3339 time (2026-12-01T10:00:00Z) or a negative duration (-15m)"
-
-// parseTS reads a --ts value as of now.
-func parseTS(s string, now time.Time) (ts uint64, form string, err error) {
-	if s == "" {
-		return 0, "", fmt.Errorf("empty: %s", tsForms)
-	}
-	if s[0] >= '0' && s[0] <= '9' && !strings.ContainsAny(s, "-:T") {
-		ts, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || ts == 0 {
-			return 0, "", fmt.Errorf("%q: not a TSO: %s", s, tsForms)
-		}
-		return ts, "", nil
-	}
-	var t time.Time
-	if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, "", fmt.Errorf("%q: %s", s, tsForms)
-		}
-		if d >= 0 {
-			return 0, "", fmt.Errorf("%q: a duration must be negative, a time ago (-15m)", s)
-		}
-		t, form = now.Add(d), "duration"
-	} else {
-		t, err = time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return 0, "", fmt.Errorf("%q: %s", s, tsForms)
-		}
-		form = "time"
-	}
-	ms := t.UnixMilli()
-	if ms <= 0 || ms >= 1<<46 {
-		return 0, "", fmt.Errorf("%q: %s is outside the range of a TSO", s, t.UTC().Format(time.RFC3339))
-	}
-	return event.ComposeTS(ms, 1<<18-1), form, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlog/flowlog/backup/backuptest"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
@@ -27,7 +28,8 @@ var (
 	benchSnapKeys = flag.Int("snapbench-keys", 20_000, "rows per table (3 tables) BenchmarkSnapshotRestore updates over and over")
 )
 
-// BenchmarkSnapshotRestore measures DESIGN 10's promise on a flow with
+// BenchmarkSnapshotRestore measures what a snapshot saves a restore (docs/FORMAT.md,
+// "Snapshot rule": the same output, faster) on a flow with
 // -snapbench-mib of log (3 tables of -snapbench-keys rows, updated over and
 // over: short values inline, 30% 1 KiB values through the default CF, 10%
 // deletes), through the real consumer process against fake-gcs-server and
@@ -146,7 +148,7 @@ func newSnapBench(b *testing.B) *snapBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	openWindows(b, store, lease)
+	backuptest.OpenWindows(b, store, lease)
 	base := event.ComposeTS(time.Now().Add(-24*time.Hour).UnixMilli(), 0)
 	return &snapBench{redis: rd, store: store, bucket: bkt, cycleTS: writeSnapBenchLog(b, store, bkt, lease, base),
 		conn: []string{"--redis-url", rd.URL, "--gcs-endpoint", g.Endpoint(), "--gcs-bucket", testenv.Bucket, "--group", "g1"}}

@@ -112,7 +112,7 @@ func partitionStatus(ctx context.Context, st *meta.Store, adm *kadm.Client, topi
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	ckpts, err := st.PartitionCheckpoints(ctx, topic, parts)
+	ckpts, _, err := st.PartitionCheckpoints(ctx, topic, parts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
@@ -34,16 +35,14 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	ref, err := resolveFlow(ctx, st, conn.GCS.Prefix, flowName, flowID)
+	ref, err := conn.resolveFlow(ctx, st, flowName, flowID)
 	if err != nil {
 		return err
 	}
 	// A dropped flow has no checkpoint in Redis to compare with.
-	opts := sink.VerifyOptions{Bucket: b, Flow: ref.sinkFlow(conn.GCS.Prefix),
+	opts := sink.VerifyOptions{Bucket: b, Flow: ref.Sink(conn.GCS.Prefix),
 		ListedMetas: func(ctx context.Context, id uint32) ([]string, error) {
-			other := flowRef{ID: meta.FlowID(id)}
-			err := listMetas(ctx, st, &other)
-			return other.Metas, err
+			return backup.MetaPaths(ctx, st, meta.FlowID(id))
 		},
 		ListedSnapshots: func(ctx context.Context, id uint32) ([]string, error) {
 			refs, err := st.Snapshots(ctx, meta.FlowID(id))
@@ -60,11 +59,10 @@ func runVerify(ctx context.Context, args []string) error {
 		}
 		opts.RedisCheckpoint, opts.Group = s.CheckpointTS, conn.Group
 	}
-	if err := listMetas(ctx, st, &ref); err != nil {
+	if opts.MetaPaths, err = backup.MetaPaths(ctx, st, ref.ID); err != nil {
 		return err
 	}
-	opts.MetaPaths = ref.Metas
-	if opts.Snapshots, err = listSnapshots(ctx, st, ref.ID); err != nil {
+	if opts.Snapshots, err = backup.SnapshotRefs(ctx, st, ref.ID); err != nil {
 		return err
 	}
 	truncated, _, err := st.TruncatedBefore(ctx, ref.ID)
@@ -75,7 +73,7 @@ func runVerify(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	windows, err := flowWindows(ctx, st, ref.ID)
+	windows, err := backup.Windows(ctx, st, ref.ID)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,51 +57,12 @@ func runProducer(t *testing.T, limit time.Duration, env []string, args ...string
 	return r
 }
 
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
-
-// silentBroker is a loopback address that accepts connections and never
-// answers.
-func silentBroker(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-			close(done)
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().String()
-}
-
 // TestUnreachableBroker checks that a publish no broker acknowledges ends
 // within --timeout with a non-zero exit that names the broker and the cause,
 // after saying on stderr what it waits for: a script that publishes a flow
 // must never hang, and its operator must see why it failed.
 func TestUnreachableBroker(t *testing.T) {
-	refused, silent := closedPort(t), silentBroker(t)
+	refused, silent := testenv.ClosedAddr(t), testenv.SilentAddr(t)
 	for _, tc := range []struct {
 		name   string
 		broker string

@@ -148,13 +148,3 @@ func (r *Redis) start() error {
 	<-done
 	return fmt.Errorf("redis-server on %s did not answer PING", r.Addr)
 }
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -1,0 +1,196 @@
+package backup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flowlog/flowlog/backup"
+	"github.com/flowlog/flowlog/backup/backuptest"
+	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// leftOut returns the LeftOut events of events.
+func leftOut(events []backup.Event) []backup.LeftOut {
+	var out []backup.LeftOut
+	for _, e := range events {
+		if l, ok := e.(backup.LeftOut); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// setWindows replaces flow 1's current coverage windows with windows
+// (table id -> JSON window).
+func setWindows(t *testing.T, e *backuptest.Env, windows map[string]string) {
+	t.Helper()
+	if err := e.Redis.Client(t).HSet(context.Background(), meta.NewKeys(e.RedisPrefix).Coverage(1), windows).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoreWithinCoverageWindows: a restore reads each table only inside
+// the coverage window that holds its ts, reports every table it leaves out
+// with that table's windows, and fails when it leaves out all of them.
+func TestRestoreWithinCoverageWindows(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	// Table 1 was added at 5m (its put at exactly 5m is before the window);
+	// table 2 was removed at 5m30s, before its put at 6m.
+	until2 := e.TS(5*time.Minute + 30*time.Second)
+	setWindows(t, e, map[string]string{
+		"1": fmt.Sprintf(`{"since":%d,"until":null}`, e.TS(5*time.Minute)),
+		"2": fmt.Sprintf(`{"since":0,"until":%d}`, until2),
+	})
+
+	out, _, events, err := restore(t, e.Source(), flowF, e.TS(30*time.Minute), nil)
+	if err != nil {
+		t.Fatalf("restore at 30m: %v", err)
+	}
+	left := leftOut(events)
+	if len(left) != 1 || left[0].Table != 2 || left[0].TS != e.TS(30*time.Minute) || len(left[0].Windows) != 1 ||
+		left[0].Windows[0].Until == nil || *left[0].Windows[0].Until != until2 {
+		t.Errorf("left out %+v, want table 2 with its window ending at %d", left, until2)
+	}
+	if got := backuptest.ReadTable(t, filepath.Join(out, "1.jsonl")); len(got) != 0 {
+		t.Errorf("table 1 at 30m = %v, want empty: its only put before 30m is not inside its window", got)
+	}
+	if _, err := os.Stat(filepath.Join(out, "2.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("table 2 restored although its window ended before 30m (stat: %v)", err)
+	}
+
+	out, _, _, err = restore(t, e.Source(), flowF, e.TS(50*time.Minute), nil)
+	if err != nil {
+		t.Fatalf("restore at the checkpoint: %v", err)
+	}
+	late := []string{backuptest.Row(1, 1, "late", e.TS(48*time.Minute))}
+	if got := backuptest.ReadTable(t, filepath.Join(out, "1.jsonl")); fmt.Sprint(got) != fmt.Sprint(late) {
+		t.Errorf("table 1 at the checkpoint = %v, want %v", got, late)
+	}
+
+	// Close table 1's window too: at 30m nothing is restorable.
+	setWindows(t, e, map[string]string{"1": fmt.Sprintf(`{"since":%d,"until":%d}`, e.TS(5*time.Minute), e.TS(10*time.Minute))})
+	_, _, events, err = restore(t, e.Source(), flowF, e.TS(30*time.Minute), nil)
+	var un *backup.UncoveredError
+	if !errors.As(err, &un) || un.NoWindow || un.TS != e.TS(30*time.Minute) || len(leftOut(events)) != 2 {
+		t.Fatalf("restore with every table outside its window = %v, left out %+v; want an *UncoveredError after both tables", err, leftOut(events))
+	}
+}
+
+// TestRestoreTablesWithoutWindow: a table being added is left out as
+// establishing, one that is not the flow's as having no window at all, and
+// a flow with no window yet has nothing restorable.
+func TestRestoreTablesWithoutWindow(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	ctx := context.Background()
+	info, _, err := e.Store.FlowInfo(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A REPLACE that adds table 3: its window waits for the partitions.
+	next := info
+	next.SourceTableIDs = []uint32{1, 2, 3}
+	if err := e.Store.UpdateFlow(ctx, 1, info, next, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 1, Addr: "n1:4000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, events, err := restore(t, e.Source(), flowF, 0, map[int64]bool{1: true, 3: true, 7: true})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	left := leftOut(events)
+	if len(left) != 2 || left[0].Table != 3 || !left[0].Establishing || len(left[0].Windows) != 0 ||
+		left[1].Table != 7 || left[1].Establishing || len(left[1].Windows) != 0 {
+		t.Errorf("left out %+v, want table 3 establishing and table 7 with no window", left)
+	}
+
+	rdb := e.Redis.Client(t)
+	k := meta.NewKeys("flowlog")
+	if err := rdb.Del(ctx, k.Coverage(1), k.CoveragePending(1), k.CoverageFlows()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var un *backup.UncoveredError
+	if _, _, _, err := restore(t, e.Source(), flowF, 0, nil); !errors.As(err, &un) || !un.NoWindow {
+		t.Fatalf("restore of a flow without windows = %v, want an *UncoveredError with NoWindow", err)
+	}
+}
+
+// TestRestoreDroppedFlowCheckpointBeforeWindows: a dropped flow whose
+// global_checkpoint object stopped before its coverage windows began
+// (dropped before a checkpoint advance passed their since) is restorable up
+// to its windows' ends: final windows need every apply partition's report,
+// and each report is committed with the data before its boundary. With the
+// object missing it is restorable the same way; while a window is still
+// open the restore fails.
+func TestRestoreDroppedFlowCheckpointBeforeWindows(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	ctx := context.Background()
+	info, _, err := e.Store.FlowInfo(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Store.DestroyFlow(ctx, 1, info); err != nil {
+		t.Fatal(err)
+	}
+	ckptPath := sink.CheckpointPath("pre", "default", "f", backuptest.Group, 1)
+	e.PutObject(ckptPath, sink.EncodeCheckpoint(e.TS(3*time.Minute)))
+	windows := func(until2 string) map[string]string {
+		return map[string]string{
+			"1": fmt.Sprintf(`{"since":%d,"until":%d}`, e.TS(4*time.Minute), e.TS(50*time.Minute)),
+			"2": fmt.Sprintf(`{"since":%d,"until":%s}`, e.TS(4*time.Minute), until2),
+		}
+	}
+	byID := backup.Lookup{ID: 1}
+	late := []string{backuptest.Row(1, 1, "late", e.TS(48*time.Minute))}
+	nine := []string{backuptest.Row(2, 9, "nine", e.TS(6*time.Minute))}
+	check := func(name string, unreadable bool) {
+		t.Helper()
+		out, res, events, err := restore(t, e.Source(), byID, 0, nil)
+		if err != nil {
+			t.Fatalf("%s: restore: %v", name, err)
+		}
+		if res.TS != e.TS(50*time.Minute) {
+			t.Errorf("%s: restored as of %d, want the windows' end %d", name, res.TS, e.TS(50*time.Minute))
+		}
+		var sawEnd, sawUnreadable bool
+		for _, ev := range events {
+			switch ev := ev.(type) {
+			case backup.AtWindowsEnd:
+				sawEnd = ev.End == e.TS(50*time.Minute)
+			case backup.CheckpointUnreadable:
+				sawUnreadable = ev.Err != nil
+			}
+		}
+		if !sawEnd || sawUnreadable != unreadable {
+			t.Errorf("%s: events %+v, want AtWindowsEnd at the windows' end and CheckpointUnreadable %v", name, events, unreadable)
+		}
+		if got := backuptest.ReadTable(t, filepath.Join(out, "1.jsonl")); fmt.Sprint(got) != fmt.Sprint(late) {
+			t.Errorf("%s: table 1 = %v, want %v", name, got, late)
+		}
+		if got := backuptest.ReadTable(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint(nine) {
+			t.Errorf("%s: table 2 = %v, want %v", name, got, nine)
+		}
+	}
+
+	setWindows(t, e, windows(fmt.Sprint(e.TS(50*time.Minute))))
+	check("checkpoint object before the windows", false)
+	if err := e.Bucket.Delete(ctx, ckptPath); err != nil {
+		t.Fatal(err)
+	}
+	check("checkpoint object missing", true)
+
+	setWindows(t, e, windows("null")) // table 2's window is not final yet
+	e.PutObject(ckptPath, sink.EncodeCheckpoint(e.TS(3*time.Minute)))
+	out, _, events, err := restore(t, e.Source(), byID, 0, nil)
+	var un *backup.UncoveredError
+	if !errors.As(err, &un) || len(leftOut(events)) != 2 {
+		t.Fatalf("restore with an open window and the checkpoint before every window = %v, left out %+v", err, leftOut(events))
+	}
+	if _, err := os.Stat(filepath.Join(out, "1.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed restore wrote table 1 (stat: %v)", err)
+	}
+}
