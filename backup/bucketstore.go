@@ -246,3 +246,5 @@ func (s *BucketStore) TruncatedBefore(ctx context.Context, id meta.FlowID) (uint
 	}
 	return c.TruncatedBefore, c.TruncatedBefore > 0, nil
 }
+
+var _ Store = (*BucketStore)(nil)
