@@ -35,7 +35,7 @@ type located struct {
 func locate(ctx context.Context, src Source, req Request) (located, error) {
 	var l located
 	var err error
-	if l.flow, err = Resolve(ctx, src.Store, src.Prefix, req.Flow); err != nil {
+	if l.flow, err = Resolve(ctx, src, req.Flow); err != nil {
 		return l, err
 	}
 	if l.ts, l.bound, err = chooseTS(ctx, src, l.flow, req.TS, req.MaxClockSkew, req.Notify); err != nil {

@@ -266,3 +266,32 @@ func readSmall(ctx context.Context, b Bucket, name string, limit int64) ([]byte,
 	}
 	return raw, nil
 }
+
+// FlowOfMeta returns the catalog and name layout v2 meta object path gives
+// flow id among its flows (only its first members are read).
+func FlowOfMeta(ctx context.Context, b Bucket, path string, id uint32) (catalog, name string, err error) {
+	var flows []MetaFlow
+	version := 0
+	_, _, _, err = streamMeta(ctx, b, path, metaParts{}, metaVisitor{
+		member: func(member string, m *Meta) error {
+			if member == "flows" {
+				flows, version = m.Flows, m.Version
+				return errStopMeta
+			}
+			return nil
+		},
+		header: func(m *Meta) error { flows, version = m.Flows, m.Version; return errStopMeta },
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if version != MetaVersion2 {
+		return "", "", fmt.Errorf("meta %s: version %d, not a layout v2 meta", path, version)
+	}
+	for _, f := range flows {
+		if f.FlowID == id && !f.unnamed() {
+			return f.Catalog, f.Name, nil
+		}
+	}
+	return "", "", fmt.Errorf("meta %s names no flow %d", path, id)
+}

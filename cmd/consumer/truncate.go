@@ -65,7 +65,7 @@ func runTruncate(ctx context.Context, args []string) error {
 // objects nothing references any more.
 func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
-	ref, err := cfg.conn.resolveFlow(ctx, st, cfg.Flow, cfg.FlowID)
+	ref, err := resolveFlow(ctx, cfg.conn.source(st, b), cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
 	}

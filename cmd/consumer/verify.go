@@ -35,7 +35,7 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	ref, err := conn.resolveFlow(ctx, st, flowName, flowID)
+	ref, err := resolveFlow(ctx, conn.source(st, b), flowName, flowID)
 	if err != nil {
 		return err
 	}
