@@ -111,12 +111,12 @@ func (e *Env) Commit(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	c := sinktest.Cycle{Prefix: e.Prefix, Catalog: "default", Flow: "f", FlowID: 1, CycleID: fmt.Sprintf("c%d", e.cycles), ResolvedTS: rts,
 		Entries: entries, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}}
 	_, path := sinktest.WriteCycle(t, e.Bucket, c)
-	e.commit(t, off, rts, path)
+	e.commit(t, off, rts, path, 1)
 	e.PutObject(sink.CheckpointPath(e.Prefix, "default", "f", Group, 1), sink.EncodeCheckpoint(rts))
 }
 
-// CommitV2 is Commit in layout v2: the cycle is a v2 one serving flow 1
-// (and flow 2, "default/other", which has no chunk in it), and the
+// CommitV2 is Commit in layout v2: the cycle is a v2 one whose entries
+// flow 1 and flow 2 ("default/other") both routed, listed for both, and the
 // checkpoint object is the group's global one.
 func (e *Env) CommitV2(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	t.Helper()
@@ -124,29 +124,31 @@ func (e *Env) CommitV2(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	e.cycles++
 	tagged := make([]sinktest.Entry, len(entries))
 	for i, en := range entries {
-		en.FlowIDs = []uint32{1}
+		en.FlowIDs = []uint32{1, 2}
 		tagged[i] = en
 	}
 	c := sinktest.CycleV2{Prefix: e.Prefix, StoreID: "s1", CycleID: fmt.Sprintf("%d-c%d-00", off, e.cycles), Group: Group, ResolvedTS: rts,
 		Flows:   []sink.MetaFlow{{FlowID: 1, Catalog: "default", Name: "f"}, {FlowID: 2, Catalog: "default", Name: "other"}},
 		Entries: tagged, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}}
 	_, path := sinktest.WriteCycleV2(t, e.Bucket, c)
-	e.commit(t, off, rts, path)
+	e.commit(t, off, rts, path, 1, 2)
 	e.PutObject(sink.CheckpointPathV2(e.Prefix, Group), sink.EncodeCheckpoint(rts))
 }
 
 // commit commits the cycle of meta path at offset off, resolved at rts,
-// and advances the flow's checkpoint there.
-func (e *Env) commit(t testing.TB, off int64, rts uint64, path string) {
+// listing it for flows, and advances flow 1's checkpoint there.
+func (e *Env) commit(t testing.TB, off int64, rts uint64, path string, flows ...meta.FlowID) {
 	t.Helper()
 	ctx := context.Background()
-	err := e.Store.Commit(ctx, meta.Commit{
+	c := meta.Commit{
 		Leases:     []meta.Lease{e.Lease},
 		Partitions: []meta.PartitionCommit{{Topic: "flowlog.apply", Partition: 0, NextOffset: off + 1, Checkpoint: rts, HasCheckpoint: true}},
-		Metas:      []meta.MetaRef{{FlowID: 1, Path: path, MinResolvedTS: rts}},
 		Flows:      []meta.FlowID{1}, LastFlushTS: rts,
-	})
-	if err != nil {
+	}
+	for _, id := range flows {
+		c.Metas = append(c.Metas, meta.MetaRef{FlowID: id, Path: path, MinResolvedTS: rts})
+	}
+	if err := e.Store.Commit(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Store.AdvanceCheckpoint(ctx, 1, rts); err != nil {
