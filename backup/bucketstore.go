@@ -248,3 +248,16 @@ func (s *BucketStore) TruncatedBefore(ctx context.Context, id meta.FlowID) (uint
 }
 
 var _ Store = (*BucketStore)(nil)
+
+// FlowIDs lists every flow id the bucket holds a catalog of.
+func (s *BucketStore) FlowIDs(ctx context.Context) ([]meta.FlowID, error) {
+	ids, err := sink.CatalogFlowIDs(ctx, s.Bucket, s.Prefix, s.Group)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]meta.FlowID, len(ids))
+	for i, id := range ids {
+		out[i] = meta.FlowID(id)
+	}
+	return out, nil
+}

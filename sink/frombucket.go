@@ -118,23 +118,15 @@ func FindFlowName(ctx context.Context, b Bucket, prefix, group string, id uint32
 	if found != nil {
 		return found.Catalog, found.Name, nil
 	}
-	listPrefix := ""
-	if prefix != "" {
-		listPrefix = strings.TrimSuffix(prefix, "/") + "/"
-	}
-	err = b.Iter(ctx, listPrefix, func(n string) error {
-		cat, flow, ok := SplitFlowPath(prefix, n)
-		if !ok || !strings.HasPrefix(n, CatalogDir(prefix, cat, flow)) {
-			return nil
-		}
-		if g, cid, _, ok := ParseCatalogName(path.Base(n)); ok && g == group && cid == id {
+	err = eachCatalog(ctx, b, prefix, func(cat, flow, g string, cid uint32) error {
+		if g == group && cid == id {
 			catalog, name = cat, flow
 			return errFound
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errFound) {
-		return "", "", fmt.Errorf("list %s: %w", listPrefix, err)
+		return "", "", err
 	}
 	if name == "" {
 		return "", "", fmt.Errorf("flow id %d: no v2 meta of group %q and no catalog names it: %w", id, group, ErrNotExist)
@@ -294,4 +286,44 @@ func FlowOfMeta(ctx context.Context, b Bucket, path string, id uint32) (catalog,
 		}
 	}
 	return "", "", fmt.Errorf("meta %s names no flow %d", path, id)
+}
+
+// CatalogFlowIDs lists the flow ids that have a catalog of group anywhere
+// under prefix (one listing of everything under it), ascending.
+func CatalogFlowIDs(ctx context.Context, b Bucket, prefix, group string) ([]uint32, error) {
+	seen := map[uint32]bool{}
+	err := eachCatalog(ctx, b, prefix, func(_, _, g string, id uint32) error {
+		if g == group {
+			seen[id] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]uint32, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// eachCatalog lists everything under prefix and calls fn with the flow
+// directory, group and flow id of every catalog object.
+func eachCatalog(ctx context.Context, b Bucket, prefix string, fn func(catalog, flow, group string, id uint32) error) error {
+	listPrefix := ""
+	if prefix != "" {
+		listPrefix = strings.TrimSuffix(prefix, "/") + "/"
+	}
+	return b.Iter(ctx, listPrefix, func(n string) error {
+		cat, flow, ok := SplitFlowPath(prefix, n)
+		if !ok || path.Dir(n)+"/" != CatalogDir(prefix, cat, flow) {
+			return nil
+		}
+		if g, id, _, ok := ParseCatalogName(path.Base(n)); ok {
+			return fn(cat, flow, g, id)
+		}
+		return nil
+	})
 }

@@ -83,7 +83,7 @@ type VerifyOptions struct {
 // Problems are Faults in the report; the error is for failures to check at
 // all (such as a cancelled ctx or an unreachable store).
 func Verify(ctx context.Context, o VerifyOptions) (VerifyReport, error) {
-	rs, err := VerifyFlows(ctx, o.Bucket, []VerifyOptions{o})
+	rs, err := VerifyFlows(ctx, o.Bucket, []VerifyOptions{o}, 4)
 	if len(rs) == 0 {
 		return VerifyReport{RedisCheckpoint: o.RedisCheckpoint, Faults: []string{}}, err
 	}
@@ -94,8 +94,9 @@ func Verify(ctx context.Context, o VerifyOptions) (VerifyReport, error) {
 // flow (in the order of flows), but reads and checks each meta and chunk
 // once however many of the flows list it: a layout v2 cycle serves every
 // flow it routed for. A fault of a shared meta or chunk is reported for
-// every flow that reads it. Each VerifyOptions' Bucket is ignored.
-func VerifyFlows(ctx context.Context, b Bucket, flows []VerifyOptions) ([]VerifyReport, error) {
+// every flow that reads it. Each VerifyOptions' Bucket is ignored; parallel
+// chunks are checked at once.
+func VerifyFlows(ctx context.Context, b Bucket, flows []VerifyOptions, parallel int) ([]VerifyReport, error) {
 	rs := make([]VerifyReport, len(flows))
 	for i, o := range flows {
 		rs[i] = VerifyReport{RedisCheckpoint: o.RedisCheckpoint, Faults: []string{}}
@@ -103,7 +104,7 @@ func VerifyFlows(ctx context.Context, b Bucket, flows []VerifyOptions) ([]Verify
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 	}
-	v := &verifier{b: b, flows: flows, rs: rs, ranges: make([]map[string][]covered, len(flows)), referenced: make([]map[string]bool, len(flows))}
+	v := &verifier{b: b, flows: flows, rs: rs, parallel: max(parallel, 1), ranges: make([]map[string][]covered, len(flows)), referenced: make([]map[string]bool, len(flows))}
 	for i := range flows {
 		v.ranges[i], v.referenced[i] = map[string][]covered{}, map[string]bool{}
 	}
@@ -145,6 +146,7 @@ type covered struct {
 // metas and of its chunks (sorted apart: they are found concurrently).
 type verifier struct {
 	b          Bucket
+	parallel   int
 	flows      []VerifyOptions
 	rs         []VerifyReport
 	ranges     []map[string][]covered
@@ -189,7 +191,7 @@ func (v *verifier) metasAndChunks(ctx context.Context) error {
 		ferr error
 		jobs = make(chan sharedJob, 64)
 	)
-	for range 4 {
+	for range v.parallel {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -53,7 +53,7 @@ func TestVerifyFlowsShared(t *testing.T) {
 	v1Chunks := len(metaOf(t, mem, v1).Files)
 
 	cb := newCountingBucket(mem)
-	rs, err := sink.VerifyFlows(ctx, cb, opts())
+	rs, err := sink.VerifyFlows(ctx, cb, opts(), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestVerifyFlowsShared(t *testing.T) {
 	if !mem.Corrupt(m1.DataPath, m1.Files[i].Offset+3) {
 		t.Fatal("corrupt")
 	}
-	if rs, err = sink.VerifyFlows(ctx, mem, opts()); err != nil {
+	if rs, err = sink.VerifyFlows(ctx, mem, opts(), 4); err != nil {
 		t.Fatal(err)
 	}
 	for k, r := range rs {
@@ -97,7 +97,7 @@ func TestVerifyFlowsShared(t *testing.T) {
 	// A listed meta that does not serve the flow is that flow's fault only.
 	o := opts()
 	o[2].MetaPaths = append(o[2].MetaPaths, v1)
-	if rs, err = sink.VerifyFlows(ctx, mem, o); err != nil {
+	if rs, err = sink.VerifyFlows(ctx, mem, o, 4); err != nil {
 		t.Fatal(err)
 	}
 	if len(rs[2].Faults) != 1 || !strings.Contains(rs[2].Faults[0], "refused") || len(rs[0].Faults) != 1 {

@@ -5,11 +5,13 @@ package backuptest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -241,4 +243,64 @@ func ReadDir(t testing.TB, dir string) map[string]string {
 		out[de.Name()] = string(b)
 	}
 	return out
+}
+
+// WriteCatalog writes flow id's catalog at revision rev from what Redis
+// holds of it, as the consumer's catalog writer does: its definition (or,
+// dropped, the name of flow default/f), windows, history, pending entries,
+// snapshots, truncation point and checkpoint.
+func (e *Env) WriteCatalog(t testing.TB, id meta.FlowID, rev uint64) string {
+	t.Helper()
+	ctx := context.Background()
+	c := sink.Catalog{Version: sink.CatalogVersion, Group: Group, FlowID: uint32(id), Catalog: "default", Name: "f", Rev: rev, Info: []byte(`{}`)}
+	info, ok, err := e.Store.FlowInfo(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		c.Catalog, c.Name = info.CatalogName, info.FlowName
+		if c.Info, err = json.Marshal(info); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.Store.FlowState(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.CheckpointTS = st.CheckpointTS
+	}
+	c.Dropped = !ok
+	cur, hist, err := e.Store.Windows(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range cur {
+		c.Windows = append(c.Windows, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
+	}
+	slices.SortFunc(c.Windows, func(a, b sink.CatalogWindow) int { return cmp.Compare(a.TableID, b.TableID) })
+	for _, w := range hist {
+		c.History = append(c.History, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
+	}
+	pending, err := e.Store.PendingCoverage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pf := range pending {
+		if pf.ID == id {
+			for _, en := range pf.Entries {
+				c.Pending = append(c.Pending, sink.CatalogPending{Seq: en.Seq, Kind: en.Kind, Table: en.Table, Ckpt: en.Ckpt})
+				c.CoverageSeq = max(c.CoverageSeq, en.Seq)
+			}
+		}
+	}
+	snaps, err := e.Store.Snapshots(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		c.Snapshots = append(c.Snapshots, sink.CatalogSnapshot{TS: s.TS, Path: s.Path})
+	}
+	if c.TruncatedBefore, _, err = e.Store.TruncatedBefore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return sinktest.WriteCatalog(t, e.Bucket, e.Prefix, c)
 }
