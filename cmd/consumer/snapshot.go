@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
@@ -31,7 +32,7 @@ func (c *snapshotConfig) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.TS, "ts", "snapshot as of this TSO, RFC 3339 time or negative duration ago (default: the flow's checkpoint; may not exceed it)")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs and the objects being built")
 	c.MaxMemory = 256 << 20
-	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir")
+	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "log chunks read at once")
 	c.metrics.RegisterFlags(f)
 }
@@ -45,6 +46,11 @@ func runSnapshot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
+	// As for restore: --max-memory is also the Go soft memory limit
+	// (GOMEMLIMIT wins).
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(cfg.MaxMemory))
+	}
 	b, err := cfg.conn.openBucket(ctx)
 	if err != nil {
 		return err
