@@ -78,29 +78,42 @@ var errMetaTooLarge = fmt.Errorf("larger than %d MiB", maxMetaSize>>20)
 func (l *metaLexer) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) && l.err == nil {
-		c, err := l.src.ReadByte()
-		if err != nil {
+		if _, err := l.src.Peek(1); err != nil {
 			l.err = err
 			break
 		}
-		if l.read++; l.read > maxMetaSize {
-			l.err = errMetaTooLarge
-			break
-		}
-		emit, err := l.next(c)
-		if err != nil {
-			l.err = fmt.Errorf("at byte %d: %w", l.read, err)
-			break
-		}
-		if emit {
-			if len(l.stack) >= 3 {
-				if l.elemBytes++; l.elemBytes > maxMetaElement {
-					l.err = fmt.Errorf("at byte %d: an array element of more than %d MiB", l.read, maxMetaElement>>20)
+		buf, _ := l.src.Peek(l.src.Buffered())
+		used := 0
+		for used < len(buf) && n < len(p) && l.err == nil {
+			if k := l.span(buf[used:], p[n:]); k > 0 {
+				if l.count(k) {
+					used += k
+					if !l.elide {
+						n += k
+					}
+				}
+				continue
+			}
+			c := buf[used]
+			used++
+			if !l.count(1) {
+				break
+			}
+			emit, err := l.next(c)
+			if err != nil {
+				l.err = fmt.Errorf("at byte %d: %w", l.read, err)
+				break
+			}
+			if emit {
+				if !l.element(1) {
 					break
 				}
+				p[n] = c
+				n++
 			}
-			p[n] = c
-			n++
+		}
+		if _, err := l.src.Discard(used); err != nil && l.err == nil {
+			l.err = err
 		}
 	}
 	if n > 0 {
@@ -109,12 +122,91 @@ func (l *metaLexer) Read(p []byte) (int, error) {
 	return 0, l.err
 }
 
+// span passes on at once, from in to out, the run of plain bytes that
+// starts a string's rest (no quote, no backslash), checked as stringByte
+// checks them one by one, and returns its length (0: no such run, or the
+// bytes need the slow path). Elided bytes are checked, not copied.
+func (l *metaLexer) span(in, out []byte) int {
+	if !l.inString {
+		return l.scalarSpan(in, out)
+	}
+	if l.escape || l.isKey {
+		return 0
+	}
+	k := 0
+	if l.elide {
+		for k < len(in) && (in[k] >= '0' && in[k] <= '9' || in[k] >= 'a' && in[k] <= 'f') {
+			k++
+		}
+		l.strLen += k
+		return k
+	}
+	k = min(len(in), len(out), maxMetaString-l.strLen)
+	if i := bytes.IndexAny(in[:k], "\"\\"); i >= 0 {
+		k = i
+	}
+	if k == 0 || !l.element(k) {
+		return 0
+	}
+	copy(out, in[:k])
+	l.strLen += k
+	return k
+}
+
+// scalarSpan is span for the bytes of a number or literal outside strings.
+func (l *metaLexer) scalarSpan(in, out []byte) int {
+	k := 0
+	for k < len(in) && k < len(out) && isScalarByte(in[k]) {
+		k++
+	}
+	if k == 0 || l.scalar+k > maxMetaScalar || !l.element(k) {
+		return 0 // none, or next reports the error
+	}
+	l.scalar += k
+	l.elideNext = false
+	copy(out, in[:k])
+	return k
+}
+
+// isScalarByte reports whether c belongs to a number or literal: anything
+// but whitespace, a quote and the structural characters.
+func isScalarByte(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', '"', '{', '[', '}', ']', ':', ',':
+		return false
+	}
+	return true
+}
+
+// count adds k bytes read, and reports false (setting l.err) past
+// maxMetaSize.
+func (l *metaLexer) count(k int) bool {
+	if l.read += int64(k); l.read > maxMetaSize {
+		l.err = errMetaTooLarge
+		return false
+	}
+	return true
+}
+
+// element adds k bytes passed on to the current array element, and
+// reports false (setting l.err) past maxMetaElement.
+func (l *metaLexer) element(k int) bool {
+	if len(l.stack) < 3 {
+		return true
+	}
+	if l.elemBytes += int64(k); l.elemBytes > maxMetaElement {
+		l.err = fmt.Errorf("at byte %d: an array element of more than %d MiB", l.read, maxMetaElement>>20)
+		return false
+	}
+	return true
+}
+
 // next takes byte c and reports whether it is passed on.
 func (l *metaLexer) next(c byte) (bool, error) {
 	if l.inString {
 		return l.stringByte(c)
 	}
-	if c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '"' && c != '{' && c != '[' && c != '}' && c != ']' && c != ':' && c != ',' {
+	if isScalarByte(c) {
 		if l.scalar++; l.scalar > maxMetaScalar {
 			return false, fmt.Errorf("a number or literal of more than %d bytes", maxMetaScalar)
 		}
