@@ -108,15 +108,22 @@ func TestHostileCraftedMetas(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
+		// fails is what a failing command must say; "" for one that ends
+		// well (gc finds every listed object referenced, flows lists the
+		// flow).
+		fails string
 	}{
-		{"restore", []string{"restore", "--flow", "crafted", "--out", t.TempDir(), "--temp-dir", t.TempDir(), "--max-memory", mem}},
-		{"snapshot", []string{"snapshot", "--flow", "crafted", "--temp-dir", t.TempDir(), "--max-memory", mem}},
-		{"verify", []string{"verify", "--flow", "crafted", "--max-memory", mem}},
-		{"gc --dry-run", []string{"gc", "--dry-run", "--grace", "1h", "--max-memory", mem}},
-		{"flows", []string{"flows", "--max-memory", mem}},
+		{"restore", []string{"restore", "--flow", "crafted", "--out", t.TempDir(), "--temp-dir", t.TempDir(), "--max-memory", mem}, "object does not exist"},
+		{"snapshot", []string{"snapshot", "--flow", "crafted", "--temp-dir", t.TempDir(), "--max-memory", mem}, "object does not exist"},
+		{"verify", []string{"verify", "--flow", "crafted", "--max-memory", mem}, "is missing"},
+		{"gc --dry-run", []string{"gc", "--dry-run", "--grace", "1h", "--max-memory", mem}, ""},
+		{"flows", []string{"flows", "--max-memory", mem}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, hwm, err := craftedRun(t, c, tc.args)
+			if (err != nil) != (tc.fails != "") || !strings.Contains(out, tc.fails) || tc.fails == "" && !strings.Contains(out, "crafted") {
+				t.Errorf("%s: %v, want %s; output:\n%s", tc.name, err, map[bool]string{true: "a failure saying " + tc.fails, false: "success"}[tc.fails != ""], out)
+			}
 			t.Logf("%s: VmHWM %.1f MiB (allowed %d MiB), %v; last line: %s", tc.name, float64(hwm)/(1<<20), craftedAllowed>>20, err, restoreLastLine(out))
 			if hwm > craftedAllowed {
 				t.Errorf("%s peaked at %.1f MiB, over --max-memory %s + 64 MiB", tc.name, float64(hwm)/(1<<20), mem)

@@ -100,7 +100,9 @@ func readChunks(parent context.Context, o RestoreOptions, jobs func(ctx context.
 			}
 		}()
 	}
+	produced := make(chan struct{})
 	go func() {
+		defer close(produced)
 		defer close(jobc)
 		err := jobs(ctx, func(j chunkJob) error {
 			select {
@@ -137,6 +139,10 @@ func readChunks(parent context.Context, o RestoreOptions, jobs func(ctx context.
 			<-big
 		}
 	}
+	// The readers are done (batches closed); the metas' reader stops at the
+	// cancellation if it has not ended, and owns errc until then.
+	cancel()
+	<-produced
 	if ferr != nil {
 		return ferr
 	}

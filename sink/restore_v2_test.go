@@ -3,6 +3,7 @@ package sink_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -321,6 +322,31 @@ func TestSnapshotV2(t *testing.T) {
 		got, rs := read([]sink.SnapshotRef{{TS: snapTS, Path: st.MetaPath}})
 		if got != want || rs.FromSnapshot != 2 {
 			t.Errorf("as of %d: from the snapshot (%d tables) %q, from the log %q", ts, rs.FromSnapshot, got, want)
+		}
+	}
+}
+
+// A chunk that cannot be read fails the restore with its error while the
+// metas are still being read for the chunk readers: the reader of metas
+// stops, and nothing is left running.
+func TestRestoreFailsWhileMetasStream(t *testing.T) {
+	const base = 1 << 40
+	ctx := context.Background()
+	mem := sink.NewMemBucket()
+	var metas []string
+	for i := range 300 {
+		m, p := sinktest.WriteCycle(t, mem, sinktest.Cycle{Catalog: "default", Flow: "a", FlowID: 1, CycleID: fmt.Sprint(i), ResolvedTS: base + uint64(i),
+			Entries: []sinktest.Entry{sinktest.WritePut(1, int64(i), base+uint64(i), base+uint64(i)+1, []byte("v"), true)}})
+		if err := mem.Delete(ctx, m.DataPath); err != nil {
+			t.Fatal(err)
+		}
+		metas = append(metas, p)
+	}
+	for range 20 {
+		_, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: mem, Flow: sink.Flow{Catalog: "default", Name: "a", ID: 1}, MetaPaths: metas,
+			TS: base + 1000, OutDir: t.TempDir(), TempDir: t.TempDir(), Parallel: 2})
+		if !errors.Is(err, sink.ErrNotExist) {
+			t.Fatalf("restore with its data objects gone: %v, want ErrNotExist", err)
 		}
 	}
 }
