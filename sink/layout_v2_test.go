@@ -126,7 +126,7 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 	c := Catalog{Version: CatalogVersion, Group: "g", FlowID: 3, Catalog: "default", Name: "demo", Rev: 4,
 		Info:    []byte(`{"flow_name":"demo"}`),
 		Windows: []CatalogWindow{{TableID: 1, Since: 5}, {TableID: 2, Since: 3, Until: &until}},
-		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Kind: "until", Table: 1}},
+		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Added: []uint32{4, 6}, Removed: []uint32{1}, Ckpt: 8}},
 		CoverageSeq: 7, Snapshots: []CatalogSnapshot{{TS: 3, Path: "a"}, {TS: 8, Path: "b"}}, CheckpointTS: 10,
 		DDL: &CatalogDDL{Topic: "flowlog.ddl", Partition: 0, Next: 12}}
 	b, err := EncodeCatalog(c)
@@ -134,7 +134,7 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := DecodeCatalog(b)
-	if err != nil || got.Rev != 4 || len(got.Windows) != 2 || *got.Windows[1].Until != 9 || got.DDL.Next != 12 {
+	if err != nil || got.Rev != 4 || len(got.Windows) != 2 || *got.Windows[1].Until != 9 || got.DDL.Next != 12 || got.Pending[0].Ckpt != 8 || len(got.Pending[0].Added) != 2 {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	early := uint64(1)
@@ -142,7 +142,7 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 		"no rev":             func(c *Catalog) { c.Rev = 0 },
 		"table twice":        func(c *Catalog) { c.Windows = append(c.Windows, CatalogWindow{TableID: 1}) },
 		"until before since": func(c *Catalog) { c.Windows[0].Until = &early },
-		"bad kind":           func(c *Catalog) { c.Pending[0].Kind = "maybe" },
+		"tables unsorted":    func(c *Catalog) { c.Pending[0].Added = []uint32{6, 4} },
 		"seq past counter":   func(c *Catalog) { c.Pending[0].Seq = 8 },
 		"snapshots unsorted": func(c *Catalog) { c.Snapshots[0].TS = 9 },
 		"bad name":           func(c *Catalog) { c.Name = "../x" },
