@@ -211,11 +211,14 @@ func parseReport(seq uint64, v string) (partReport, error) {
 // PendingFlow is a flow with pending coverage steps (the first
 // maxPendingRead of them), whether Redis still holds the flow (Exists
 // false: dropped) and its coverage seq now, which a registry that routes
-// the flow as Redis holds it shows too.
+// the flow as Redis holds it shows too. Info is a dropped flow's last
+// definition, if its drop recorded one (catalog:rev:<id> info), so that a
+// meta can name the flow its reports are of.
 type PendingFlow struct {
 	ID      FlowID
 	Exists  bool
 	Seq     uint64
+	Info    FlowInfo
 	Entries []CoverageEntry
 }
 
@@ -384,6 +387,19 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 			}
 			pf.Entries = append(pf.Entries, e)
 		}
+		if len(pf.Entries) > 0 && !pf.Exists {
+			// Only a dropped flow's last definition is read: a live one's
+			// is the registry's.
+			raw, err := s.rdb.HGet(ctx, k.CatalogRev(id), "info").Result()
+			switch {
+			case err == nil:
+				if pf.Info, err = decodeInfo(k.CatalogRev(id), raw); err != nil {
+					return nil, err
+				}
+			case !errors.Is(err, redis.Nil):
+				return nil, fmt.Errorf("read last definition of flow %d: %w", id, err)
+			}
+		}
 		if len(pf.Entries) > 0 {
 			out = append(out, pf)
 		}
@@ -464,14 +480,6 @@ func (s *Store) PendingRemoved(ctx context.Context, id FlowID) (map[uint32]uint6
 	return out, nil
 }
 
-// PendingStep is a pending coverage step with its tables: those it adds
-// and those it removes, each sorted, and its Ckpt (see CoverageEntry).
-type PendingStep struct {
-	Seq            uint64
-	Added, Removed []uint32
-	Ckpt           uint64
-}
-
 // PendingSteps returns flow id's pending steps with their tables, what a
 // catalog of the flow records of them.
 func (s *Store) PendingSteps(ctx context.Context, id FlowID) ([]PendingStep, error) {
@@ -479,33 +487,5 @@ func (s *Store) PendingSteps(ctx context.Context, id FlowID) ([]PendingStep, err
 	if err != nil {
 		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
 	}
-	out := make([]PendingStep, 0, len(raws))
-	for _, raw := range raws {
-		e, err := decodeEntry(raw)
-		if err != nil {
-			return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
-		}
-		step := PendingStep{Seq: e.Seq, Ckpt: e.Ckpt}
-		for _, kind := range []string{stepAdd, stepDel} {
-			st := s.stepStream(id, e, kind)
-			var tables []uint32
-			for {
-				t, ok, err := st.next(ctx)
-				if err != nil {
-					return nil, err
-				}
-				if !ok {
-					break
-				}
-				tables = append(tables, t)
-			}
-			if kind == stepAdd {
-				step.Added = tables
-			} else {
-				step.Removed = tables
-			}
-		}
-		out = append(out, step)
-	}
-	return out, nil
+	return s.pendingSteps(ctx, id, raws)
 }

@@ -39,10 +39,11 @@ type Catalog struct {
 	Info   json.RawMessage            `json:"info"`
 	Routes map[string]json.RawMessage `json:"routes,omitempty"`
 	// Windows are the tables' current coverage windows (coverage:<flow_id>)
-	// and History the earlier ones (coverage:<flow_id>:history), oldest
-	// first; Pending are the steps still being established
-	// (coverage:<flow_id>:pending, with their tables) and CoverageSeq
-	// their counter.
+	// and History the earlier ones (coverage:<flow_id>:past and the
+	// :history list of earlier versions), oldest first within each table;
+	// Pending are the steps still being established
+	// (coverage:<flow_id>:pending, with the tables of their :step: keys)
+	// and CoverageSeq their counter.
 	Windows     []CatalogWindow  `json:"windows"`
 	History     []CatalogWindow  `json:"history,omitempty"`
 	Pending     []CatalogPending `json:"pending,omitempty"`
@@ -59,7 +60,8 @@ type Catalog struct {
 }
 
 // CatalogWindow is a table's coverage window: events with Since < ts <=
-// Until, Until nil while open.
+// Until, Until nil while open. A window with Until < Since holds no event
+// (a table removed before any partition had seen past its addition).
 type CatalogWindow struct {
 	TableID uint32  `json:"table_id"`
 	Since   uint64  `json:"since"`
@@ -121,9 +123,9 @@ func DecodeCatalog(b []byte) (Catalog, error) {
 }
 
 // Validate checks that c is a version 1 catalog whose fields are
-// consistent: valid names, a revision, windows that end after they start,
-// one current window per table, pending steps with sorted tables in
-// ascending order, and snapshots in ts order.
+// consistent: valid names, a revision, one current window per table,
+// pending steps in ascending order, each with a table and its tables
+// sorted, and snapshots in ts order.
 func (c *Catalog) Validate() error {
 	var errs []error
 	if c.Version != CatalogVersion {
@@ -141,20 +143,13 @@ func (c *Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("windows[%d]: table %d twice", i, w.TableID))
 		}
 		tables[w.TableID] = true
-		if w.Until != nil && *w.Until < w.Since {
-			errs = append(errs, fmt.Errorf("windows[%d]: until %d before since %d", i, *w.Until, w.Since))
-		}
-	}
-	for i, w := range c.History {
-		if w.Until != nil && *w.Until < w.Since {
-			errs = append(errs, fmt.Errorf("history[%d]: until %d before since %d", i, *w.Until, w.Since))
-		}
 	}
 	for i, p := range c.Pending {
-		for _, ts := range [][]uint32{p.Added, p.Removed} {
-			if !sortedUnique(ts) {
-				errs = append(errs, fmt.Errorf("pending[%d]: tables not sorted or twice", i))
-			}
+		if len(p.Added) == 0 && len(p.Removed) == 0 {
+			errs = append(errs, fmt.Errorf("pending[%d]: no table", i))
+		}
+		if !sortedUnique(p.Added) || !sortedUnique(p.Removed) {
+			errs = append(errs, fmt.Errorf("pending[%d]: tables not sorted or twice", i))
 		}
 		if i > 0 && p.Seq <= c.Pending[i-1].Seq || p.Seq > c.CoverageSeq {
 			errs = append(errs, fmt.Errorf("pending[%d]: seq %d out of order or past coverage_seq %d", i, p.Seq, c.CoverageSeq))
