@@ -103,6 +103,9 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	if done.Removed.HistoryErr != nil {
 		fmt.Fprintf(os.Stderr, "pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
 	}
+	if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+		return fmt.Errorf("truncate is recorded in Redis, nothing deleted (gc deletes the objects once the catalogs are written): %w", err)
+	}
 	fmt.Printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Removed.Metas), len(done.Removed.Snapshots), objectsSummary(done.Objects, plan.Tables()))
 	n, bytes, derr := sink.DeleteObjects(ctx, b, done.Objects, cfg.Parallel, func(o sink.GCObject) {
