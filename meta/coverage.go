@@ -412,29 +412,36 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 // tables whose window is not established yet. It reads the steps' tables
 // in chunks; the result holds each table once.
 func (s *Store) PendingAdded(ctx context.Context, id FlowID) (map[uint32]bool, error) {
+	out := map[uint32]bool{}
+	err := s.eachPendingTable(ctx, id, stepAdd, func(_ CoverageEntry, t uint32) { out[t] = true })
+	return out, err
+}
+
+// eachPendingTable calls fn with each table of kind (stepAdd or stepDel)
+// of every pending step of flow id, reading the tables in chunks.
+func (s *Store) eachPendingTable(ctx context.Context, id FlowID, kind string, fn func(e CoverageEntry, table uint32)) error {
 	raws, err := s.rdb.LRange(ctx, s.keys.CoveragePending(id), 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
+		return fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
 	}
-	out := map[uint32]bool{}
 	for _, raw := range raws {
 		e, err := decodeEntry(raw)
 		if err != nil {
-			return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
+			return fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
 		}
-		st := s.stepStream(id, e, stepAdd)
+		st := s.stepStream(id, e, kind)
 		for {
 			t, ok, err := st.next(ctx)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if !ok {
 				break
 			}
-			out[t] = true
+			fn(e, t)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // PendingRemoved returns, for each table that a pending step of flow id
@@ -453,31 +460,13 @@ func (s *Store) PendingAdded(ctx context.Context, id FlowID) (map[uint32]bool, e
 // (then until, the min of the reports, says exactly how far). A legacy
 // entry carries no checkpoint: its table is complete up to 0.
 func (s *Store) PendingRemoved(ctx context.Context, id FlowID) (map[uint32]uint64, error) {
-	raws, err := s.rdb.LRange(ctx, s.keys.CoveragePending(id), 0, -1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
-	}
 	out := map[uint32]uint64{}
-	for _, raw := range raws {
-		e, err := decodeEntry(raw)
-		if err != nil {
-			return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
+	err := s.eachPendingTable(ctx, id, stepDel, func(e CoverageEntry, t uint32) {
+		if c, seen := out[t]; !seen || e.Ckpt < c {
+			out[t] = e.Ckpt
 		}
-		st := s.stepStream(id, e, stepDel)
-		for {
-			t, ok, err := st.next(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				break
-			}
-			if c, seen := out[t]; !seen || e.Ckpt < c {
-				out[t] = e.Ckpt
-			}
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // PendingSteps returns flow id's pending steps with their tables, what a
