@@ -179,6 +179,14 @@ func (f fields) holds(id uint64) bool {
 	return found
 }
 
+// tinyChunk is the largest chunk the consumer stores uncompressed under
+// --compression zstd (docs/FORMAT.md, "Data objects and chunks"), and tinyNone the
+// jsonBackup.compression key such chunks count under.
+const (
+	tinyChunk = 2 << 10
+	tinyNone  = "none (tiny)"
+)
+
 // readChunk range-reads one chunk, checks it against its file entry, and
 // records its entries in b.
 func (r *jsonReader) readChunk(dataPath string, f fields, b *jsonBackup) {
@@ -189,7 +197,11 @@ func (r *jsonReader) readChunk(dataPath string, f fields, b *jsonBackup) {
 	}
 	raw := stored
 	comp := f.str("compression")
-	b.compression[comp]++
+	if comp == "none" && f.uint("raw_length") <= tinyChunk {
+		b.compression[tinyNone]++ // stored as it is whatever --compression says
+	} else {
+		b.compression[comp]++
+	}
 	switch comp {
 	case "none":
 	case "zstd":
