@@ -12,13 +12,28 @@ import (
 // restorable picks, for every table of f (or of only), the coverage window
 // that holds ts, capped at ts: the part of the table's log a restore at ts
 // reads. Every table left out is reported as a LeftOut event, in table
-// order; leaving out all of them fails with an *UncoveredError.
-func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts uint64, notify func(Event)) (map[int64]sink.TableWindow, error) {
+// order; leaving out all of them fails with an *UncoveredError. ckpt is the
+// flow's checkpoint as the ts was checked against it.
+//
+// A table being removed (a pending step removes it: the DDL is applied, not
+// every apply partition has reported where it stopped routing the table) is
+// restorable from its open window only up to the flow's checkpoint when the
+// DDL was applied, which the step records: a partition that stopped no
+// longer backs the table up while the checkpoint moves on, but everything
+// up to that checkpoint was committed while every partition still routed
+// the table (meta.Store.PendingRemoved). Past it, or if the recorded checkpoint is
+// past the flow's own (which only a checkpoint no clock could give moved
+// there), the table is left out until the step is final.
+func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts, ckpt uint64, notify func(Event)) (map[int64]sink.TableWindow, error) {
 	cur, hist, err := st.Windows(ctx, f.ID)
 	if err != nil {
 		return nil, err
 	}
 	establishing, err := st.PendingAdded(ctx, f.ID)
+	if err != nil {
+		return nil, err
+	}
+	removing, err := st.PendingRemoved(ctx, f.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +67,10 @@ func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts u
 		w, ok := meta.WindowAt(cur, hist, t, ts)
 		if !ok {
 			left = append(left, LeftOut{Table: t, TS: ts, Windows: tableWindows(cur, hist, t), Establishing: establishing[t]})
+			continue
+		}
+		if c, pending := removing[t]; pending && w.Until == nil && (ts > c || c > ckpt) {
+			left = append(left, LeftOut{Table: t, TS: ts, Windows: tableWindows(cur, hist, t), Removing: true, CompleteUpTo: min(c, ckpt)})
 			continue
 		}
 		until := ts

@@ -13,6 +13,7 @@ import (
 	"github.com/flowlog/flowlog/backup/backuptest"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
+	"github.com/flowlog/flowlog/sink/sinktest"
 )
 
 // leftOut returns the LeftOut events of events.
@@ -192,5 +193,95 @@ func TestRestoreDroppedFlowCheckpointBeforeWindows(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "1.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed restore wrote table 1 (stat: %v)", err)
+	}
+}
+
+// TestRestoreWhileTableRemoved: a table removed from the flow has no until
+// until every apply partition has said where it stopped routing it. One
+// partition stopped at 52m and no longer backs the table up; the other goes
+// on, and the checkpoint moves to 60m. A restore at 60m must not write the
+// table as its open window says (its change at 55m on the stopped
+// partition is in no chunk): it is complete only up to the checkpoint when
+// the removal was applied (50m), and left out past that until the removal
+// is final, when its until says.
+func TestRestoreWhileTableRemoved(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	ctx := context.Background()
+	const topic = "flowlog.apply"
+	p1, err := e.Store.AcquireLease(ctx, topic, 1, "member-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _, err := e.Store.FlowInfo(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := info
+	next.SourceTableIDs = []uint32{1}
+	if err := e.Store.UpdateFlow(ctx, 1, info, next, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 1, Addr: "n1:4000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := e.Store.PendingCoverage(ctx)
+	if err != nil || len(pending) != 1 || len(pending[0].Entries) != 1 {
+		t.Fatalf("pending coverage %+v, %v; want the step removing table 2", pending, err)
+	}
+	seq := pending[0].Entries[0].Seq
+	report := func(l meta.Lease, ts uint64) meta.CoverageReport {
+		v := meta.CoverageValue{TS: ts}
+		return meta.CoverageReport{FlowID: 1, Seq: seq, Topic: topic, Partition: l.Partition, Since: v, Until: v}
+	}
+	// Partition 0 stopped routing table 2 at 52m and committed up to 60m:
+	// (2,9) changed to "gone" at 55m there, and nothing backed it up.
+	e.Commit(t, e.TS(60*time.Minute), sinktest.WritePut(1, 1, e.TS(53*time.Minute), e.TS(54*time.Minute), []byte("after"), true))
+	commit := func(l meta.Lease, off int64, reps ...meta.CoverageReport) {
+		t.Helper()
+		err := e.Store.Commit(ctx, meta.Commit{Leases: []meta.Lease{l}, Coverage: reps,
+			Partitions: []meta.PartitionCommit{{Topic: topic, Partition: l.Partition, NextOffset: off, Checkpoint: e.TS(60 * time.Minute), HasCheckpoint: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Store.FinalizeCoverage(ctx, topic, []int32{0, 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(e.Lease, 10, report(e.Lease, e.TS(52*time.Minute)))
+	commit(p1, 10) // partition 1 still routes table 2: no report yet
+
+	nine := []string{backuptest.Row(2, 9, "nine", e.TS(6*time.Minute))}
+	out, _, events, err := restore(t, e.Source(), flowF, e.TS(60*time.Minute), nil)
+	if err != nil {
+		t.Fatalf("restore at 60m: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "2.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("table 2 restored at 60m from a window only known complete up to 50m: %v", backuptest.ReadTable(t, filepath.Join(out, "2.jsonl")))
+	}
+	left := leftOut(events)
+	if len(left) != 1 || left[0].Table != 2 || !left[0].Removing || left[0].CompleteUpTo != e.TS(50*time.Minute) {
+		t.Errorf("left out %+v, want table 2 being removed, complete up to %d", left, e.TS(50*time.Minute))
+	}
+	out, _, _, err = restore(t, e.Source(), flowF, e.TS(50*time.Minute), nil)
+	if err != nil {
+		t.Fatalf("restore at 50m: %v", err)
+	}
+	if got := backuptest.ReadTable(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint(nine) {
+		t.Errorf("table 2 at 50m = %v, want %v", got, nine)
+	}
+
+	// Partition 1 reports 58m: the removal is final, until = 52m.
+	commit(p1, 11, report(p1, e.TS(58*time.Minute)))
+	cur, _, err := e.Store.Windows(ctx, 1)
+	if err != nil || cur[2].Until == nil || *cur[2].Until != e.TS(52*time.Minute) {
+		t.Fatalf("table 2's window %+v, %v; want until 52m", cur[2], err)
+	}
+	out, _, _, err = restore(t, e.Source(), flowF, e.TS(51*time.Minute), nil)
+	if err != nil {
+		t.Fatalf("restore at 51m: %v", err)
+	}
+	if got := backuptest.ReadTable(t, filepath.Join(out, "2.jsonl")); fmt.Sprint(got) != fmt.Sprint(nine) {
+		t.Errorf("table 2 at 51m, inside its final window = %v, want %v", got, nine)
+	}
+	_, _, events, err = restore(t, e.Source(), flowF, e.TS(60*time.Minute), nil)
+	if left := leftOut(events); err != nil || len(left) != 1 || left[0].Removing || len(left[0].Windows) != 1 {
+		t.Errorf("at 60m after the removal is final: %v, left out %+v; want table 2 outside its window", err, left)
 	}
 }

@@ -33,12 +33,16 @@ type TSChosen struct {
 // LeftOut: a table of the flow (or one the request named) has no coverage
 // window that holds TS, and is not restored. Windows are its windows, older
 // ones first; Establishing is set when its first window is still being
-// established.
+// established. Removing is set for a table whose removal from the flow is
+// not final yet: its open window holds TS, but is known complete only up to
+// CompleteUpTo, below TS (see restorable).
 type LeftOut struct {
 	Table        uint32
 	TS           uint64
 	Windows      []meta.Window
 	Establishing bool
+	Removing     bool
+	CompleteUpTo uint64
 }
 
 // Restoring: every check passed; the restore of Tables tables as of TS,

@@ -19,20 +19,28 @@ type Request struct {
 	Notify func(Event)
 }
 
+// located is where a restore or snapshot reads: the flow, the ts, the
+// checkpoint bound the ts was checked against, and the flow's metas.
+type located struct {
+	flow      Flow
+	ts, bound uint64
+	metas     []string
+}
+
 // locate finds where a restore or snapshot reads: the flow req names, the
 // ts (checked against the flow's checkpoint and the clock), and the flow's
 // metas, listed after the checkpoint was read: that order is what makes the
 // list complete (the package comment's "The read order" says why). Whatever
 // it found before a failure is returned with it.
-func locate(ctx context.Context, src Source, req Request) (Flow, uint64, []string, error) {
-	f, err := Resolve(ctx, src.Store, src.Prefix, req.Flow)
-	if err != nil {
-		return f, 0, nil, err
+func locate(ctx context.Context, src Source, req Request) (located, error) {
+	var l located
+	var err error
+	if l.flow, err = Resolve(ctx, src, req.Flow); err != nil {
+		return l, err
 	}
-	ts, err := chooseTS(ctx, src, f, req.TS, req.MaxClockSkew, req.Notify)
-	if err != nil {
-		return f, 0, nil, err
+	if l.ts, l.bound, err = chooseTS(ctx, src, l.flow, req.TS, req.MaxClockSkew, req.Notify); err != nil {
+		return l, err
 	}
-	metas, err := MetaPaths(ctx, src.Store, f.ID)
-	return f, ts, metas, err
+	l.metas, err = MetaPaths(ctx, src.Store, l.flow.ID)
+	return l, err
 }

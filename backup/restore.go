@@ -42,13 +42,14 @@ type RestoreResult struct {
 // errors on otherwise (sink.ErrOutDirNotEmpty, *sink.ChecksumError, ...).
 func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult, error) {
 	var res RestoreResult
-	f, ts, metas, err := locate(ctx, src, req.Request)
+	at, err := locate(ctx, src, req.Request)
+	f, ts, metas := at.flow, at.ts, at.metas
 	res.Flow, res.TS, res.Metas = f, ts, len(metas)
 	if err != nil {
 		return res, err
 	}
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	windows, err := restorable(ctx, src.Store, f, req.Tables, ts, req.Notify)
+	windows, err := restorable(ctx, src.Store, f, req.Tables, ts, at.bound, req.Notify)
 	if err != nil {
 		return res, err
 	}

@@ -189,3 +189,56 @@ func TestRestoreNoCheckpoint(t *testing.T) {
 		t.Fatalf("restore without a checkpoint = %v, want a *backup.NoCheckpointError", err)
 	}
 }
+
+// TestRestoreHistoryV1ThenV2: a flow backed up in layout v1 and then in v2
+// (one upgrade) restores from both; dropped, it is found by id from its
+// newest meta, a v2 one that names it among its flows, with the group's
+// global checkpoint object as its checkpoint.
+func TestRestoreHistoryV1ThenV2(t *testing.T) {
+	e := backuptest.NewTimed(t) // v1 cycles up to 50m
+	ctx := context.Background()
+	e.CommitV2(t, e.TS(56*time.Minute), sinktest.WritePut(2, 9, e.TS(51*time.Minute), e.TS(52*time.Minute), []byte("v2 nine"), true),
+		sinktest.WritePut(1, 3, e.TS(53*time.Minute), e.TS(54*time.Minute), []byte("three"), true))
+	want := func(ts uint64) map[string][]string {
+		out := map[string][]string{
+			"1.jsonl": {backuptest.Row(1, 1, "late", e.TS(48*time.Minute))},
+			"2.jsonl": {backuptest.Row(2, 9, "nine", e.TS(6*time.Minute))},
+		}
+		if ts >= e.TS(54*time.Minute) {
+			out["1.jsonl"] = append(out["1.jsonl"], backuptest.Row(1, 3, "three", e.TS(54*time.Minute)))
+			out["2.jsonl"] = []string{backuptest.Row(2, 9, "v2 nine", e.TS(52*time.Minute))}
+		}
+		return out
+	}
+	check := func(name string, l backup.Lookup, ts uint64) {
+		t.Helper()
+		out, res, _, err := restore(t, e.Source(), l, ts, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := map[string][]string{}
+		for _, f := range []string{"1.jsonl", "2.jsonl"} {
+			got[f] = backuptest.ReadTable(t, filepath.Join(out, f))
+		}
+		if w := want(res.TS); fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s as of %d: %v, want %v", name, res.TS, got, w)
+		}
+	}
+	check("live, at the checkpoint", flowF, 0)
+	check("live, before the upgrade", flowF, e.TS(50*time.Minute))
+
+	info, _, err := e.Store.FlowInfo(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Store.DestroyFlow(ctx, 1, info); err != nil {
+		t.Fatal(err)
+	}
+	// The drop's until entries are pending: the restore is complete up to
+	// the checkpoint at the drop, 56m.
+	check("dropped, by id", backup.Lookup{ID: 1}, e.TS(56*time.Minute))
+	f, err := backup.Resolve(ctx, e.Source(), backup.Lookup{ID: 1})
+	if err != nil || !f.Dropped || f.String() != "default/f" {
+		t.Errorf("Resolve of the dropped flow = %+v, %v; want default/f, dropped", f, err)
+	}
+}

@@ -46,7 +46,8 @@ type SnapshotLister interface {
 // was written even when it fails.
 func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotRequest) (SnapshotResult, error) {
 	var res SnapshotResult
-	f, ts, metas, err := locate(ctx, src, req.Request)
+	at, err := locate(ctx, src, req.Request)
+	f, ts, metas := at.flow, at.ts, at.metas
 	res.Flow, res.TS, res.Metas = f, ts, len(metas)
 	if err != nil {
 		return res, err
@@ -66,7 +67,7 @@ func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotReq
 		}
 	}
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	capped, err := restorable(ctx, src.Store, f, nil, ts, req.Notify)
+	capped, err := restorable(ctx, src.Store, f, nil, ts, at.bound, req.Notify)
 	if err != nil {
 		return res, err
 	}

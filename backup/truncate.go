@@ -30,7 +30,7 @@ type TruncatePlan struct {
 	// Metas are the metas to remove, Listed how many were listed and Kept
 	// how many stay. KeptOld counts, by reason, the metas at or below the
 	// snapshot that stay anyway (sink.PlanTruncate).
-	Metas   []sink.LoggedMeta
+	Metas   []sink.MetaSummary
 	Listed  int
 	Kept    int
 	KeptOld map[string]int
@@ -71,7 +71,7 @@ func PlanTruncate(ctx context.Context, src Source, f Flow, until uint64, paralle
 	if err := snapshotCovers(ctx, src, f, snap); err != nil {
 		return nil, err
 	}
-	p := &TruncatePlan{Flow: f, Snapshot: snap, src: src, parallel: parallel, cache: &metaCache{m: map[string]sink.LoggedMeta{}}}
+	p := &TruncatePlan{Flow: f, Snapshot: snap, src: src, parallel: parallel, cache: &metaCache{m: map[string]sink.MetaSummary{}}}
 	metas, err := src.Store.Metas(ctx, f.ID)
 	if err != nil {
 		return nil, err
@@ -88,29 +88,30 @@ func PlanTruncate(ctx context.Context, src Source, f Flow, until uint64, paralle
 
 // plan makes p what a truncate removes from metas and snaps, and returns it
 // as the transaction takes it. It is the transaction's meta.TruncatePlan:
-// it reads only objects (the metas, which never change, cached).
+// it reads only objects (summaries of the metas, which never change,
+// cached).
 func (p *TruncatePlan) plan(ctx context.Context, metas []meta.MetaRef, snaps []meta.SnapshotRef) (meta.TruncateDrop, error) {
 	paths := make([]string, len(metas))
 	for i, m := range metas {
 		paths[i] = m.Path
 	}
-	logged, err := p.cache.read(ctx, p.src.Bucket, p.Flow.Sink(p.src.Prefix), paths, p.parallel)
+	sums, err := p.cache.read(ctx, p.src.Bucket, p.Flow.Sink(p.src.Prefix), paths, p.Snapshot.TS, p.parallel)
 	if err != nil {
 		return meta.TruncateDrop{}, err
 	}
-	drop, keptOld := sink.PlanTruncate(logged, p.Snapshot.TS)
+	drop, keptOld := sink.PlanTruncate(sums, p.Snapshot.TS)
 	p.Metas, p.Snapshots = nil, nil
-	p.Listed, p.Kept, p.KeptOld, p.keptData = len(metas), len(logged)-len(drop), keptOld, map[string]bool{}
+	p.Listed, p.Kept, p.KeptOld, p.keptData = len(metas), len(sums)-len(drop), keptOld, map[string]bool{}
 	var out meta.TruncateDrop
 	dropped := make(map[int]bool, len(drop))
 	for _, i := range drop {
-		p.Metas = append(p.Metas, logged[i])
-		out.Metas = append(out.Metas, logged[i].Path)
+		p.Metas = append(p.Metas, sums[i])
+		out.Metas = append(out.Metas, sums[i].Path)
 		dropped[i] = true
 	}
-	for i, m := range logged {
+	for i, m := range sums {
 		if !dropped[i] {
-			p.keptData[m.Meta.DataPath] = true // never deleted, even if a dropped meta names it too
+			p.keptData[m.DataPath] = true // never deleted, even if a dropped meta names it too
 		}
 	}
 	for _, s := range snaps {
@@ -122,21 +123,37 @@ func (p *TruncatePlan) plan(ctx context.Context, metas []meta.MetaRef, snaps []m
 	return out, nil
 }
 
-// Objects returns the objects of p's metas and snapshots, the snapshots'
-// objects read from their snapshot.meta; a snapshot.meta that cannot be
-// read is named in a warning, and its objects are left to gc.
+// Objects returns the objects a truncate by p deletes once its transaction
+// removed their references, and warnings for what it leaves to gc. They are
+// only objects no other flow can reference:
+//
+//   - of each layout v1 meta removed, the meta and its data object (unless
+//     a meta that stays names it too). A layout v2 meta and its data object
+//     serve every flow of their cycle: they stay, and gc deletes them once
+//     no flow lists the meta;
+//   - of each snapshot removed, the objects its snapshot.meta names, read
+//     and checked as restore reads it (sink.ReadSnapshotMeta: the flow's
+//     snapshot at its ts, every object in the snapshot's directory), and
+//     the snapshot.meta itself. A snapshot.meta that fails the check is
+//     named in a warning and none of its objects is deleted.
+//
+// A dry run prints exactly this list, and the run deletes exactly the part
+// of it its transaction unreferenced.
 func (p *TruncatePlan) Objects(ctx context.Context) ([]sink.GCObject, []string) {
 	flow := p.Flow.String()
 	var objs []sink.GCObject
 	var warnings []string
 	for _, m := range p.Metas {
+		if m.Version != sink.MetaVersion {
+			continue
+		}
 		objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: m.Path, Size: m.Size}, Flow: flow, Kind: sink.GCMeta})
-		if m.Meta.DataPath != "" && !p.keptData[m.Meta.DataPath] {
-			objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: m.Meta.DataPath, Size: m.DataSize()}, Flow: flow, Kind: sink.GCData})
+		if m.DataPath != "" && !p.keptData[m.DataPath] {
+			objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: m.DataPath, Size: m.DataSize}, Flow: flow, Kind: sink.GCData})
 		}
 	}
 	for _, s := range p.Snapshots {
-		sm, err := sink.LoadSnapshotMeta(ctx, p.src.Bucket, s.Path)
+		sm, err := sink.ReadSnapshotMeta(ctx, p.src.Bucket, p.Flow.Sink(p.src.Prefix), sink.SnapshotRef{TS: s.TS, Path: s.Path})
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("snapshot %s: %v (its objects are left to gc)", s.Path, err))
 			continue
@@ -158,14 +175,10 @@ func (p *TruncatePlan) Objects(ctx context.Context) ([]sink.GCObject, []string) 
 func (p *TruncatePlan) Tables() []int64 {
 	var out []int64
 	for _, m := range p.Metas {
-		for _, f := range m.Meta.Files {
-			if !f.IsMeta && !slices.Contains(out, f.TableID) {
-				out = append(out, f.TableID)
-			}
-		}
+		out = append(out, m.Tables...)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // Committed is what a truncate's transaction removed from Redis.
@@ -207,7 +220,7 @@ func (p *TruncatePlan) removedBy(done meta.TruncateDrop) func(sink.GCObject) boo
 	owner := make(map[string]string, 2*len(p.Metas)) // object -> its meta
 	for _, m := range p.Metas {
 		owner[m.Path] = m.Path
-		owner[m.Meta.DataPath] = m.Path
+		owner[m.DataPath] = m.Path
 	}
 	return func(o sink.GCObject) bool {
 		if m, ok := owner[o.Name]; ok {
@@ -224,14 +237,12 @@ func (p *TruncatePlan) removedBy(done meta.TruncateDrop) func(sink.GCObject) boo
 
 // snapshotCovers checks that snap holds every table whose coverage window
 // holds its ts, cut from that window: only then is a restore at or above
-// the ts whole without the log before it.
+// the ts whole without the log before it. A table being removed whose open
+// window holds the ts counts too (its window may well end past the ts).
 func snapshotCovers(ctx context.Context, src Source, f Flow, snap meta.SnapshotRef) error {
-	sm, err := sink.LoadSnapshotMeta(ctx, src.Bucket, snap.Path)
+	sm, err := sink.ReadSnapshotMeta(ctx, src.Bucket, f.Sink(src.Prefix), sink.SnapshotRef{TS: snap.TS, Path: snap.Path})
 	if err != nil {
 		return fmt.Errorf("snapshot at %d: %w", snap.TS, err)
-	}
-	if sm.TS != snap.TS || sm.FlowID != f.ID {
-		return fmt.Errorf("snapshot %s is of flow id %d at %d, not flow id %d at %d", snap.Path, sm.FlowID, sm.TS, f.ID, snap.TS)
 	}
 	windows, err := Windows(ctx, src.Store, f.ID)
 	if err != nil {
@@ -253,14 +264,14 @@ func snapshotCovers(ctx context.Context, src Source, f Flow, snap meta.SnapshotR
 	return nil
 }
 
-// metaCache keeps the metas read by earlier attempts of the truncate
-// transaction: meta objects never change.
+// metaCache keeps the summaries of the metas read by earlier attempts of
+// the truncate transaction: meta objects never change.
 type metaCache struct {
 	mu sync.Mutex
-	m  map[string]sink.LoggedMeta
+	m  map[string]sink.MetaSummary
 }
 
-func (c *metaCache) read(ctx context.Context, b sink.Bucket, flow sink.Flow, paths []string, parallel int) ([]sink.LoggedMeta, error) {
+func (c *metaCache) read(ctx context.Context, b sink.Bucket, flow sink.Flow, paths []string, ts uint64, parallel int) ([]sink.MetaSummary, error) {
 	c.mu.Lock()
 	var missing []string
 	for _, p := range paths {
@@ -269,7 +280,7 @@ func (c *metaCache) read(ctx context.Context, b sink.Bucket, flow sink.Flow, pat
 		}
 	}
 	c.mu.Unlock()
-	got, err := sink.ReadMetas(ctx, b, flow, missing, parallel)
+	got, err := sink.ReadMetaSummaries(ctx, b, flow, missing, ts, parallel)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +289,7 @@ func (c *metaCache) read(ctx context.Context, b sink.Bucket, flow sink.Flow, pat
 	for _, m := range got {
 		c.m[m.Path] = m
 	}
-	out := make([]sink.LoggedMeta, len(paths))
+	out := make([]sink.MetaSummary, len(paths))
 	for i, p := range paths {
 		out[i] = c.m[p]
 	}

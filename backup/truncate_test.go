@@ -172,3 +172,57 @@ func TestTruncateNeedsWholeSnapshot(t *testing.T) {
 		t.Fatalf("the refused truncate recorded truncated_before %d", tb)
 	}
 }
+
+// TestTruncateV2SharedCycles: truncating flow 1 of layout v2 cycles that
+// flow 2 shares removes only flow 1's references and deletes none of the
+// shared objects: flow 2's restores are untouched, flow 1's at or above the
+// snapshot too, and gc, which sees flow 2 list every cycle, deletes nothing.
+func TestTruncateV2SharedCycles(t *testing.T) {
+	ctx := context.Background()
+	h := backuptest.NewHistoryV2(t, testenv.StartRedis(t), testenv.StartGCS(t), "t3", 9, 30, 10)
+	s := h.MS(30*50*6/10+17, 0)
+	h.Snapshot(t, s)
+	base := h.Baseline(t, h.RestoreTSs(s)...)
+	other := sink.Flow{Prefix: h.Prefix, Catalog: "default", Name: "other", ID: 2}
+	listed2, err := backup.MetaPaths(ctx, h.Store, 2)
+	if err != nil || len(listed2) == 0 {
+		t.Fatalf("flow 2's metas: %v, %v", listed2, err)
+	}
+	restore2 := func() string {
+		out := t.TempDir()
+		if _, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: h.Bucket, Flow: other, MetaPaths: listed2, TS: h.Checkpoint, OutDir: out, TempDir: t.TempDir()}); err != nil {
+			t.Fatalf("restore of flow 2: %v", err)
+		}
+		return fmt.Sprint(backuptest.ReadDir(t, out))
+	}
+	want2 := restore2()
+	objects := h.ObjectNames(t)
+
+	plan, done := truncate(t, h, s)
+	if len(plan.Metas) == 0 || len(done.Removed.Metas) != len(plan.Metas) {
+		t.Fatalf("truncate removed %d of %d planned metas, want some", len(done.Removed.Metas), len(plan.Metas))
+	}
+	for _, o := range done.Objects {
+		if _, _, v2 := sink.V2Unit(h.Prefix, o.Name); v2 {
+			t.Errorf("truncate of flow 1 deletes %s, a cycle flow 2 lists too", o.Name)
+		}
+	}
+	if after := h.ObjectNames(t); fmt.Sprint(after) != fmt.Sprint(objects) {
+		t.Errorf("objects changed by the truncate of shared cycles:\nbefore %v\nafter  %v", objects, after)
+	}
+	if again, err := backup.MetaPaths(ctx, h.Store, 2); err != nil || fmt.Sprint(again) != fmt.Sprint(listed2) {
+		t.Errorf("flow 2's metas after flow 1's truncate: %v, %v; want unchanged", again, err)
+	}
+	if got := restore2(); got != want2 {
+		t.Errorf("flow 2 restores differently after flow 1's truncate")
+	}
+	h.CheckRestores(t, base)
+
+	plan2, err := sink.PlanGC(ctx, h.Bucket, sink.GCOptions{Prefix: h.Prefix, Group: backuptest.Group, Refs: backup.GCRefs(h.Store)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan2.Delete) != 0 {
+		t.Errorf("gc after the truncate deletes %d objects, want none: flow 2 lists every cycle", len(plan2.Delete))
+	}
+}

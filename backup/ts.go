@@ -10,9 +10,9 @@ import (
 // chooseTS is the ts a restore or snapshot of f reads as of: want, checked
 // against the checkpoint and the clock, or (want 0) the checkpoint; for a
 // dropped flow whose windows are all closed, at most the end of its last
-// window.
-func chooseTS(ctx context.Context, src Source, f Flow, want uint64, skew time.Duration, notify func(Event)) (uint64, error) {
-	ckpt, err := flowCheckpoint(ctx, src, f)
+// window. It also returns the bound the ts was checked against.
+func chooseTS(ctx context.Context, src Source, f Flow, want uint64, skew time.Duration, notify func(Event)) (ts, bound uint64, err error) {
+	ckpt, cerr := flowCheckpoint(ctx, src, f)
 	// A dropped flow whose windows are all final and closed is restorable
 	// up to their ends whatever its checkpoint says: a window is final only
 	// once every apply partition reported its bound, and each report is
@@ -23,36 +23,35 @@ func chooseTS(ctx context.Context, src Source, f Flow, want uint64, skew time.Du
 	var end uint64
 	closed := false
 	if f.Dropped {
-		var werr error
-		if end, closed, werr = lastWindowEnd(ctx, src.Store, f.ID); werr != nil {
-			return 0, werr
+		if end, closed, err = lastWindowEnd(ctx, src.Store, f.ID); err != nil {
+			return 0, 0, err
 		}
 	}
 	switch {
-	case closed && err != nil:
-		report(notify, CheckpointUnreadable{Flow: f, Err: err})
+	case closed && cerr != nil:
+		report(notify, CheckpointUnreadable{Flow: f, Err: cerr})
 		ckpt = 0
-	case err != nil:
-		return 0, err
+	case cerr != nil:
+		return 0, 0, cerr
 	}
-	bound := ckpt
+	bound = ckpt
 	if closed {
 		bound = max(ckpt, end)
 	}
 	now := time.Now()
 	future := event.MaxTS(now, skew)
-	ts := want
+	ts = want
 	switch {
 	case ts > future:
-		return 0, &FutureError{Flow: f, TS: ts, Ahead: event.Ahead(ts, now), Skew: skew}
+		return 0, 0, &FutureError{Flow: f, TS: ts, Ahead: event.Ahead(ts, now), Skew: skew}
 	case bound > future:
 		// Only a ts no clock could honestly give moves a checkpoint there
 		// (stored by a version that took any ts, until a consumer of this
 		// one advances it again): what it claims is unproven at any ts,
 		// since the regions that held it back may have been ignored.
-		return 0, &FutureError{Flow: f, Checkpoint: true, TS: bound, Ahead: event.Ahead(bound, now), Skew: skew}
+		return 0, 0, &FutureError{Flow: f, Checkpoint: true, TS: bound, Ahead: event.Ahead(bound, now), Skew: skew}
 	case bound == 0:
-		return 0, &NoCheckpointError{Flow: f}
+		return 0, 0, &NoCheckpointError{Flow: f}
 	case ts == 0 && closed:
 		// A dropped flow's windows all ended: as of the last end, not its
 		// checkpoint, which may lie before or past them.
@@ -63,9 +62,9 @@ func chooseTS(ctx context.Context, src Source, f Flow, want uint64, skew time.Du
 	case ts == 0:
 		ts = ckpt
 	case ts > bound:
-		return 0, &PastCheckpointError{Flow: f, TS: ts, Checkpoint: bound}
+		return 0, 0, &PastCheckpointError{Flow: f, TS: ts, Checkpoint: bound}
 	}
-	return ts, nil
+	return ts, bound, nil
 }
 
 // checkTruncated returns f's truncation point (0 if none) and refuses a ts

@@ -178,7 +178,7 @@ func (w *Writer) catalogOf(st meta.CatalogState) (sink.Catalog, bool) {
 		c.History = append(c.History, sink.CatalogWindow{TableID: win.TableID, Since: win.Since, Until: win.Until})
 	}
 	for _, e := range st.Pending {
-		c.Pending = append(c.Pending, sink.CatalogPending{Seq: e.Seq, Added: e.Added, Removed: e.Removed})
+		c.Pending = append(c.Pending, sink.CatalogPending{Seq: e.Seq, Added: e.Added, Removed: e.Removed, Ckpt: e.Ckpt})
 	}
 	for _, s := range st.Snapshots {
 		c.Snapshots = append(c.Snapshots, sink.CatalogSnapshot{TS: s.TS, Path: s.Path})

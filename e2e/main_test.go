@@ -33,6 +33,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if out := os.Getenv(peakRSSEnv); out != "" {
+		os.Exit(peakRSSHelper(out, os.Args[1:]))
+	}
 	os.Exit(runMain(m))
 }
 

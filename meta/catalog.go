@@ -90,10 +90,11 @@ type CatalogState struct {
 }
 
 // PendingStep is a pending coverage step with its tables: those it adds
-// and those it removes, each sorted.
+// and those it removes, each sorted, and its Ckpt (see CoverageEntry).
 type PendingStep struct {
 	Seq            uint64
 	Added, Removed []uint32
+	Ckpt           uint64
 }
 
 // catalogReadAttempts bounds CatalogState's reads of a flow whose pending
@@ -366,7 +367,7 @@ func (s *Store) pendingSteps(ctx context.Context, id FlowID, raws []string) ([]P
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: %w", s.keys.CoveragePending(id), err)
 		}
-		step := PendingStep{Seq: e.Seq}
+		step := PendingStep{Seq: e.Seq, Ckpt: e.Ckpt}
 		for _, kind := range []string{stepAdd, stepDel} {
 			st := s.stepStream(id, e, kind)
 			var tables []uint32

@@ -134,6 +134,9 @@ func TestCatalogRevisionFollowsContent(t *testing.T) {
 	if p := cs.Pending; !slices.Equal(p[0].Added, []uint32{2}) || len(p[0].Removed) != 0 || len(p[1].Added) != 0 || !slices.Equal(p[1].Removed, []uint32{1, 2}) {
 		t.Errorf("pending steps %+v, want the replace adding table 2 and the drop removing 1 and 2", cs.Pending)
 	}
+	if p := cs.Pending; p[0].Ckpt != 0 || p[1].Ckpt != 9 {
+		t.Errorf("pending steps' checkpoints %d and %d, want none for the replace that only adds and 9 (the checkpoint at the drop) for the drop", p[0].Ckpt, p[1].Ckpt)
+	}
 }
 
 // A catalog upload is recorded only at the revision it read: a change in

@@ -85,6 +85,11 @@ type CoverageEntry struct {
 	Seq     uint64 `json:"seq"`
 	Added   int    `json:"add"`
 	Removed int    `json:"del"`
+	// Ckpt is, for a step that removes tables, the flow's checkpoint_ts
+	// when the DDL was applied (0 if it had none). Until the step is
+	// final, a removed table's open window is complete only up to it (see
+	// Store.PendingRemoved).
+	Ckpt uint64 `json:"ckpt,omitempty"`
 	// legacy is a per-table entry an earlier version wrote: one table,
 	// added (kind "since") or removed ("until").
 	legacy *legacyEntry
@@ -109,13 +114,14 @@ func decodeEntry(raw string) (CoverageEntry, error) {
 		Seq     uint64 `json:"seq"`
 		Added   int    `json:"add"`
 		Removed int    `json:"del"`
+		Ckpt    uint64 `json:"ckpt"`
 		Kind    string `json:"kind"`
 		Table   uint32 `json:"table"`
 	}
 	if err := json.Unmarshal([]byte(raw), &v); err != nil {
 		return CoverageEntry{}, err
 	}
-	e := CoverageEntry{Seq: v.Seq, Added: v.Added, Removed: v.Removed}
+	e := CoverageEntry{Seq: v.Seq, Added: v.Added, Removed: v.Removed, Ckpt: v.Ckpt}
 	switch v.Kind {
 	case "":
 	case legacySince:
@@ -287,8 +293,23 @@ func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, 
 			return nil, fmt.Errorf("parse %s = %q: %w", seqKey, str, err)
 		}
 	}
+	// The checkpoint only grows: one read before the MULTI may be a little
+	// old, which makes the bound PendingRemoved gives lower, never wrong.
+	var ckpt uint64
+	if len(removed) > 0 {
+		v, err := tx.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("hget %s: %w", k.FlowState(id), err)
+		default:
+			if ckpt, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("parse %s checkpoint_ts = %q: %w", k.FlowState(id), v, err)
+			}
+		}
+	}
 	seq++
-	entry, _ := json.Marshal(CoverageEntry{Seq: seq, Added: len(added), Removed: len(removed)})
+	entry, _ := json.Marshal(CoverageEntry{Seq: seq, Added: len(added), Removed: len(removed), Ckpt: ckpt})
 	return func(p redis.Pipeliner) {
 		if len(added) > 0 {
 			p.Set(ctx, k.CoverageStep(id, seq, stepAdd), packTables(added), 0)
@@ -391,27 +412,69 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 // tables whose window is not established yet. It reads the steps' tables
 // in chunks; the result holds each table once.
 func (s *Store) PendingAdded(ctx context.Context, id FlowID) (map[uint32]bool, error) {
+	out := map[uint32]bool{}
+	err := s.eachPendingTable(ctx, id, stepAdd, func(_ CoverageEntry, t uint32) { out[t] = true })
+	return out, err
+}
+
+// eachPendingTable calls fn with each table of kind (stepAdd or stepDel)
+// of every pending step of flow id, reading the tables in chunks.
+func (s *Store) eachPendingTable(ctx context.Context, id FlowID, kind string, fn func(e CoverageEntry, table uint32)) error {
 	raws, err := s.rdb.LRange(ctx, s.keys.CoveragePending(id), 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
+		return fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
 	}
-	out := map[uint32]bool{}
 	for _, raw := range raws {
 		e, err := decodeEntry(raw)
 		if err != nil {
-			return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
+			return fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
 		}
-		st := s.stepStream(id, e, stepAdd)
+		st := s.stepStream(id, e, kind)
 		for {
 			t, ok, err := st.next(ctx)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if !ok {
 				break
 			}
-			out[t] = true
+			fn(e, t)
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// PendingRemoved returns, for each table that a pending step of flow id
+// removes, the smallest Ckpt of those steps: how far the table's current
+// window is known to be complete while the removal is pending. It reads the
+// steps' removed tables in chunks.
+//
+// Why: once the DDL that removes a table is applied, each apply partition
+// stops routing the table at its own boundary and reports it; until every
+// partition has, the window has no until, yet the partitions that stopped
+// no longer back up the table's events past their boundary while the
+// checkpoint moves on. The events up to the flow's checkpoint at the DDL
+// are in committed chunks, though: that checkpoint was reached before the
+// DDL, so every partition had committed them while still routing the
+// table. So a restore past it leaves the table out until the step is final
+// (then until, the min of the reports, says exactly how far). A legacy
+// entry carries no checkpoint: its table is complete up to 0.
+func (s *Store) PendingRemoved(ctx context.Context, id FlowID) (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	err := s.eachPendingTable(ctx, id, stepDel, func(e CoverageEntry, t uint32) {
+		if c, seen := out[t]; !seen || e.Ckpt < c {
+			out[t] = e.Ckpt
+		}
+	})
+	return out, err
+}
+
+// PendingSteps returns flow id's pending steps with their tables, what a
+// catalog of the flow records of them.
+func (s *Store) PendingSteps(ctx context.Context, id FlowID) ([]PendingStep, error) {
+	raws, err := s.rdb.LRange(ctx, s.keys.CoveragePending(id), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
+	}
+	return s.pendingSteps(ctx, id, raws)
 }

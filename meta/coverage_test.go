@@ -330,3 +330,41 @@ func leasesOf(t *testing.T, s *meta.Store, topic string, n int32) []meta.Lease {
 	}
 	return leases
 }
+
+// A DDL that removes tables records, in its pending step, the flow's
+// checkpoint when it was applied: how far a restore may trust the tables'
+// open windows until every partition has reported.
+func TestPendingRemovedRecordsCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	id := apply(t, s, newDDL(meta.OpCreate, "f", 1, 2, 3), at(1)).FlowID
+	if _, err := s.AdvanceCheckpoint(ctx, id, 500); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 3), at(2))
+	if _, err := s.AdvanceCheckpoint(ctx, id, 700); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpReplace, "f", 1), at(3))
+	apply(t, s, newDDL(meta.OpReplace, "f", 1, 2), at(4)) // table 2 back: its first removal stays pending
+	apply(t, s, newDDL(meta.OpReplace, "f", 1), at(5))
+	got, err := s.PendingRemoved(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[2] != 500 || got[3] != 700 {
+		t.Fatalf("PendingRemoved = %v, want table 2 at 500 (its first removal) and table 3 at 700", got)
+	}
+	// A drop records the checkpoint too, before flow:state goes.
+	id2 := apply(t, s, newDDL(meta.OpCreate, "g", 7), at(6)).FlowID
+	if _, err := s.AdvanceCheckpoint(ctx, id2, 900); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, newDDL(meta.OpDrop, "g"), at(7))
+	if got, err = s.PendingRemoved(ctx, id2); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[7] != 900 {
+		t.Errorf("after the drop: PendingRemoved = %v, want table 7 at 900", got)
+	}
+}

@@ -35,14 +35,18 @@ func (b *slowCommitBucket) Upload(ctx context.Context, obj sink.Object) error {
 
 // TestGCWhileCommitting runs gc over and over with a short grace while the
 // consumer uploads and commits cycles, and plants garbage (objects of cycles
-// that never commit) as it goes: gc deletes the garbage and never an object
-// a listed meta references, and every event stays readable.
+// that never commit, of both layouts) as it goes: gc deletes the garbage and
+// never an object a listed meta references, and every event stays
+// readable. Flows g and h back up the same table, so under layout v2 every
+// cycle is one unit both list; each round drops g's oldest listed meta (as
+// a truncate of g does), and gc must keep the unit while h lists it.
 func TestGCWhileCommitting(t *testing.T) {
 	mem := sink.NewMemBucket()
 	bucket := &slowCommitBucket{MemBucket: mem, delay: 80 * time.Millisecond}
 	r := newRig(t, 2, bucket, func(c *pipeline.Config) { c.FlushInterval = 100 * time.Millisecond })
 	r.start()
 	id := r.createFlow("g", 1)
+	hid := r.createFlow("h", 1)
 	ctx := context.Background()
 	const grace = 400 * time.Millisecond // well above the commit delay
 
@@ -67,6 +71,8 @@ func TestGCWhileCommitting(t *testing.T) {
 			for _, name := range []string{
 				fmt.Sprintf("backup/default/g/v1/20231114/22/1-%d-zombie%d.log", id, i),
 				fmt.Sprintf("backup/default/g/v1/backupmeta/%020d-%d-zombie%d.meta", 1, id, i),
+				sink.DataPathV2("backup", "zombie", 1, fmt.Sprintf("1-%d-%016x", i, i)),
+				sink.MetaPathV2("backup", "zombie", 1, fmt.Sprintf("1-%d-%016x", i, i)),
 			} {
 				body := []byte("zombie")
 				if err := mem.Upload(ctx, sink.Object{Name: name, Body: bytes.NewReader(body), Size: 6, CRC32C: sink.CRC32C(body)}); err == nil {
@@ -90,8 +96,22 @@ func TestGCWhileCommitting(t *testing.T) {
 				violations = append(violations, "gc: "+err.Error())
 				mu.Unlock()
 			}
-			// Every listed meta and its data object are still there.
+			// g's oldest listed meta goes, as a truncate of g removes it.
+			if i%3 == 0 {
+				if err := r.store.Client().ZPopMin(ctx, r.store.Keys().Metas(id)).Err(); err != nil {
+					mu.Lock()
+					violations = append(violations, "zpopmin: "+err.Error())
+					mu.Unlock()
+				}
+			}
+			// Every listed meta of both flows and its data object are
+			// still there.
 			refs, err := r.store.Metas(ctx, id)
+			if more, herr := r.store.Metas(ctx, hid); herr == nil {
+				refs = append(refs, more...)
+			} else if err == nil {
+				err = herr
+			}
 			for _, ref := range refs {
 				rc, gerr := bucket.Get(ctx, ref.Path)
 				if gerr != nil {
@@ -144,13 +164,16 @@ func TestGCWhileCommitting(t *testing.T) {
 	for _, v := range violations {
 		t.Error(v)
 	}
-	metas, got := r.entries(id)
+	metas, got := r.entries(hid)
 	if len(got) != len(want) {
-		t.Fatalf("read back %d distinct entries from %d metas, want %d", len(got), len(metas), len(want))
+		t.Fatalf("read back %d distinct entries of h from %d metas, want %d", len(got), len(metas), len(want))
 	}
-	for k := range got {
-		if want[k] != 1 {
-			t.Fatal("read back an entry that was not produced")
+	_, gotG := r.entries(id) // g's listed metas lost their oldest ones
+	for _, g := range []map[string]int{got, gotG} {
+		for k := range g {
+			if want[k] != 1 {
+				t.Fatal("read back an entry that was not produced")
+			}
 		}
 	}
 	// Garbage planted before the last run is gone.

@@ -69,11 +69,14 @@ type CatalogWindow struct {
 }
 
 // CatalogPending is a pending coverage step: the tables one DDL added and
-// removed, each sorted.
+// removed, each sorted. Ckpt is, for a step that removes tables, the flow's
+// checkpoint when its DDL was applied: while the step is pending, a removed
+// table's open window holds only up to it.
 type CatalogPending struct {
 	Seq     uint64   `json:"seq"`
 	Added   []uint32 `json:"add,omitempty"`
 	Removed []uint32 `json:"del,omitempty"`
+	Ckpt    uint64   `json:"ckpt,omitempty"`
 }
 
 // CatalogSnapshot is a listed snapshot: its ts and snapshot.meta path.
@@ -121,8 +124,8 @@ func DecodeCatalog(b []byte) (Catalog, error) {
 
 // Validate checks that c is a version 1 catalog whose fields are
 // consistent: valid names, a revision, one current window per table,
-// pending steps in ascending order, each with a table, and snapshots in ts
-// order.
+// pending steps in ascending order, each with a table and its tables
+// sorted, and snapshots in ts order.
 func (c *Catalog) Validate() error {
 	var errs []error
 	if c.Version != CatalogVersion {
@@ -145,8 +148,8 @@ func (c *Catalog) Validate() error {
 		if len(p.Added) == 0 && len(p.Removed) == 0 {
 			errs = append(errs, fmt.Errorf("pending[%d]: no table", i))
 		}
-		if !slices.IsSorted(p.Added) || !slices.IsSorted(p.Removed) {
-			errs = append(errs, fmt.Errorf("pending[%d]: tables not sorted", i))
+		if !sortedUnique(p.Added) || !sortedUnique(p.Removed) {
+			errs = append(errs, fmt.Errorf("pending[%d]: tables not sorted or twice", i))
 		}
 		if i > 0 && p.Seq <= c.Pending[i-1].Seq || p.Seq > c.CoverageSeq {
 			errs = append(errs, fmt.Errorf("pending[%d]: seq %d out of order or past coverage_seq %d", i, p.Seq, c.CoverageSeq))
@@ -159,4 +162,14 @@ func (c *Catalog) Validate() error {
 		return fmt.Errorf("invalid catalog: %w", err)
 	}
 	return nil
+}
+
+// sortedUnique reports whether ts is strictly ascending.
+func sortedUnique(ts []uint32) bool {
+	for i := 1; i < len(ts); i++ {
+		if ts[i] <= ts[i-1] {
+			return false
+		}
+	}
+	return true
 }

@@ -30,6 +30,14 @@ import (
 // and all are older than the grace, so a cycle or snapshot still being
 // uploaded is kept whole. global_checkpoint objects and objects that are not
 // flowlog's are never deleted.
+//
+// Layout v2 (docs/FORMAT.md, "Layout v2"): a cycle's data object and meta
+// under v2/ are one unit (V2Unit), shared by the flows the cycle served; it
+// is kept while any flow id's metas list its meta, so a truncate of one
+// flow never takes what another flow still reads. An unreferenced unit
+// whose meta names another consumer group belongs to another deployment
+// and is left alone. Catalogs are never rewritten: the newest revision of
+// each flow id is kept, older ones are garbage once older than the grace.
 
 // GCRefs are the objects Redis references, read after the listing.
 type GCRefs struct {
@@ -42,7 +50,11 @@ type GCRefs struct {
 
 // GCOptions configure PlanGC.
 type GCOptions struct {
-	Prefix   string        // the bucket prefix (--gcs-prefix)
+	Prefix string // the bucket prefix (--gcs-prefix)
+	// Group is the consumer group: unreferenced layout v2 units of
+	// another group and catalogs another group wrote are left alone. Empty:
+	// no check.
+	Group    string
 	Grace    time.Duration // never delete an object younger than this
 	Now      func() time.Time
 	Parallel int // metas and snapshot metas read at once
@@ -55,18 +67,24 @@ const (
 	GCData     = "data"
 	GCMeta     = "meta"
 	GCSnapshot = "snapshot"
+	GCCatalog  = "catalog"
 )
+
+// GCShared is the Flow (and FlowStorage key) of layout v2 objects, which
+// belong to the cycles of every flow rather than to one flow directory.
+const GCShared = "v2"
 
 // GCObject is one object PlanGC would delete.
 type GCObject struct {
 	ObjectInfo
-	Flow string // catalog/flow of its path
-	Kind string // GCData, GCMeta or GCSnapshot
+	Flow string // catalog/flow of its path, or GCShared
+	Kind string // GCData, GCMeta, GCSnapshot or GCCatalog
 }
 
-// FlowStorage is a flow directory's bytes as one gc run saw them.
+// FlowStorage is a flow directory's bytes (or layout v2's, GCShared) as one
+// gc run saw them.
 type FlowStorage struct {
-	LogBytes      int64 // referenced data and meta objects
+	LogBytes      int64 // referenced data and meta objects, and current catalogs
 	SnapshotBytes int64 // objects of listed snapshots
 	GarbageBytes  int64 // unreferenced objects (deleted or still in their grace)
 }
@@ -84,24 +102,32 @@ type GCPlan struct {
 	// Kept counts objects gc never deletes: global_checkpoint objects and
 	// objects that are not in flowlog's layout.
 	Kept int
-	// Unknown counts objects of flow ids Redis never had, left alone.
+	// Unknown counts objects of flow ids Redis never had and of other
+	// consumer groups, left alone.
 	Unknown  int
-	Storage  map[string]*FlowStorage // by catalog/flow
+	Storage  map[string]*FlowStorage // by catalog/flow, and GCShared
 	Warnings []string
 }
 
 // gcEntry is one listed object with what its name says.
 type gcEntry struct {
 	ObjectInfo
-	flow string // catalog/flow
-	kind string // GCData, GCMeta, GCSnapshot, or "" (never deleted)
-	unit string // cycle or snapshot directory
-	id   uint32 // flow id the name carries
+	flow  string // catalog/flow, or GCShared
+	kind  string // GCData, GCMeta, GCSnapshot, GCCatalog, or "" (never deleted)
+	unit  string // cycle, snapshot directory or catalog
+	id    uint32 // flow id the name carries (none in layout v2's)
+	v2    bool
+	group string // of a catalog
+	rev   uint64 // of a catalog
 }
 
 // classify names an object by its path under prefix.
 func classify(prefix string, o ObjectInfo) gcEntry {
 	e := gcEntry{ObjectInfo: o}
+	if unit, kind, ok := V2Unit(prefix, o.Name); ok {
+		e.flow, e.kind, e.unit, e.v2 = GCShared, kind, "v2/"+unit, true
+		return e
+	}
 	cat, flow, ok := SplitFlowPath(prefix, o.Name)
 	if !ok {
 		return e
@@ -122,6 +148,10 @@ func classify(prefix string, o ObjectInfo) gcEntry {
 	case len(parts) == 3 && parts[0] == "snapshot" && parts[1] != "" && parts[2] != "":
 		if _, id, ok := strings.Cut(parts[1], "-"); ok {
 			e.kind, e.unit, e.id = GCSnapshot, dir+"snapshot/"+parts[1]+"/", parseID(id)
+		}
+	case len(parts) == 2 && parts[0] == "catalog":
+		if group, id, rev, ok := ParseCatalogName(parts[1]); ok {
+			e.kind, e.unit, e.id, e.group, e.rev = GCCatalog, o.Name, id, group, rev
 		}
 	}
 	return e
@@ -179,6 +209,7 @@ func PlanGC(ctx context.Context, b Bucket, opts GCOptions) (GCPlan, error) {
 	}
 	keep, keepDirs, warnings := references(ctx, b, opts.Prefix, refs, opts.Parallel)
 	plan.Warnings = warnings
+	newest := newestCatalogs(entries)
 
 	type unit struct {
 		newest time.Time
@@ -195,9 +226,12 @@ func PlanGC(ctx context.Context, b Bucket, opts GCOptions) (GCPlan, error) {
 			plan.Kept++
 			continue
 		}
-		if refs.KnownIDs != nil && !refs.KnownIDs[e.id] {
+		if refs.KnownIDs != nil && !e.v2 && !refs.KnownIDs[e.id] || e.kind == GCCatalog && opts.Group != "" && e.group != opts.Group {
 			plan.Unknown++
 			continue
+		}
+		if e.kind == GCCatalog && newest[catalogKey{e.flow, e.group, e.id}] == e.rev {
+			keep[e.Name] = true // the flow id's catalog
 		}
 		held := keep[e.Name] || keepDirs[e.unit]
 		switch {
@@ -236,12 +270,86 @@ func PlanGC(ctx context.Context, b Bucket, opts GCOptions) (GCPlan, error) {
 			}
 		}
 	}
+	if opts.Group != "" {
+		if err := plan.spareOtherGroups(ctx, b, opts.Prefix, opts.Group, opts.Parallel); err != nil {
+			return GCPlan{}, err
+		}
+	}
 	return plan, nil
 }
 
-// references returns the referenced object names and snapshot directories.
-// A referenced meta that cannot be read is a warning: its cycle stays
-// protected by name, and verify reports the damage.
+// catalogKey names a flow id's catalogs: the flow directory, the group
+// that wrote them and the flow id.
+type catalogKey struct {
+	flow, group string
+	id          uint32
+}
+
+// newestCatalogs returns the highest revision listed of each flow id's
+// catalog.
+func newestCatalogs(entries []gcEntry) map[catalogKey]uint64 {
+	newest := map[catalogKey]uint64{}
+	for _, e := range entries {
+		if k := (catalogKey{e.flow, e.group, e.id}); e.kind == GCCatalog && e.rev > newest[k] {
+			newest[k] = e.rev
+		}
+	}
+	return newest
+}
+
+// spareOtherGroups takes out of the plan the layout v2 units whose meta
+// names a consumer group other than group: another deployment's cycles
+// under the same prefix, never listed in this Redis. A meta that cannot be
+// read says nothing of its group: its unit stays in the plan.
+func (p *GCPlan) spareOtherGroups(ctx context.Context, b Bucket, prefix, group string, parallel int) error {
+	var metas []int
+	for i, o := range p.Delete {
+		if o.Flow == GCShared && o.Kind == GCMeta {
+			metas = append(metas, i)
+		}
+	}
+	other := make([]bool, len(metas))
+	err := forEach(ctx, len(metas), parallel, func(ctx context.Context, k int) error {
+		m, _, _, err := streamMeta(ctx, b, p.Delete[metas[k]].Name, metaParts{}, metaVisitor{header: func(*Meta) error { return errStopMeta }})
+		switch {
+		case err == nil:
+			other[k] = m.Group != group
+		case !isDataFault(err):
+			return fmt.Errorf("gc: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	spared := map[string]bool{}
+	for k, i := range metas {
+		if other[k] {
+			unit, _, _ := V2Unit(prefix, p.Delete[i].Name)
+			spared[unit] = true
+		}
+	}
+	if len(spared) == 0 {
+		return nil
+	}
+	kept := p.Delete[:0]
+	for _, o := range p.Delete {
+		if unit, _, ok := V2Unit(prefix, o.Name); ok && spared[unit] {
+			p.Unknown++
+			p.DeleteBytes -= o.Size
+			p.Storage[GCShared].GarbageBytes -= o.Size
+			continue
+		}
+		kept = append(kept, o)
+	}
+	p.Delete = kept
+	return nil
+}
+
+// references returns the referenced object names and units (cycles and
+// snapshot directories). A listed v1 meta is read up to its data_path; one
+// that cannot be read is a warning: its cycle stays protected by name, and
+// verify reports the damage.
 func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, parallel int) (keep, keepDirs map[string]bool, warnings []string) {
 	keep, keepDirs = map[string]bool{}, map[string]bool{}
 	var mu sync.Mutex
@@ -269,10 +377,18 @@ func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, paral
 			fn()
 		}()
 	}
+	seen := make(map[string]bool, len(refs.Metas))
 	for _, p := range refs.Metas {
+		if seen[p] {
+			continue // a v2 meta listed by several flows
+		}
+		seen[p] = true
 		hold(p)
+		if _, _, ok := V2Unit(prefix, p); ok {
+			continue // its unit, data object included, is held by name
+		}
 		run(func() {
-			m, err := readMeta(ctx, b, p)
+			m, _, _, err := streamMeta(ctx, b, p, metaParts{}, metaVisitor{header: func(*Meta) error { return errStopMeta }})
 			if err != nil {
 				warn("listed meta %s: %v", p, err)
 				return
@@ -282,18 +398,11 @@ func references(ctx context.Context, b Bucket, prefix string, refs GCRefs, paral
 			}
 		})
 	}
+	// A listed snapshot keeps its directory, which holds all its objects
+	// (a snapshot.meta naming an object elsewhere is refused by every
+	// reader): its snapshot.meta, which may be large, is not read.
 	for _, p := range refs.Snapshots {
-		hold(p) // and with it the snapshot's directory
-		run(func() {
-			sm, err := LoadSnapshotMeta(ctx, b, p)
-			if err != nil {
-				warn("listed snapshot %s: %v", p, err)
-				return
-			}
-			for _, t := range sm.Tables {
-				hold(t.DataPath)
-			}
-		})
+		hold(p)
 	}
 	wg.Wait()
 	return keep, keepDirs, warnings

@@ -277,17 +277,45 @@ func DecodeMeta(b []byte) (Meta, error) {
 	return m, nil
 }
 
-// maxMetaFiles bounds the files (chunks) of one meta. A cycle's files are
-// bounded by --max-cycle-files (default 10,000, and fetching pauses at twice
-// as many), so a real meta stays far below; a tampered one is refused
-// before its files are used.
-const maxMetaFiles = 1 << 20
+// Bounds of a meta's lists. A cycle's files are bounded by
+// --max-cycle-files (default 10,000; fetching pauses at twice as many, and
+// --max-memory caps the flag at a sixth of it over 2 KiB per file), so a
+// real meta stays far below maxMetaFiles; its offsets and partitions are
+// one per apply partition, its flows one per flow of the cycle, its
+// coverage reports one per partition and pending entry. A tampered meta is
+// refused before its lists are used.
+const (
+	maxMetaFiles      = 1 << 20
+	maxMetaFlows      = 1 << 16
+	maxMetaPartitions = 1 << 16
+	maxMetaCoverage   = 1 << 20
+)
 
 // Validate checks that m is a version 1 or 2 meta whose fields are
 // consistent: valid names, known enum values, hex checksums and keys,
 // chunks that do not overlap, half-open offset ranges, and for version 2
 // flow ids that the meta's flows name, in ascending order.
 func (m *Meta) Validate() error {
+	errs := m.validateHeader(len(m.Files))
+	if len(m.Files) > maxMetaFiles {
+		return fmt.Errorf("invalid meta: %w", errors.Join(errs...))
+	}
+	fc := m.fileChecker()
+	for i := range m.Files {
+		if err := fc.check(i, &m.Files[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid meta: %w", err)
+	}
+	return nil
+}
+
+// validateHeader checks everything of m but its files, of which there are
+// nFiles (m.Files is not looked at, so that a reader that streams the files
+// checks the rest with the same rules).
+func (m *Meta) validateHeader(nFiles int) []error {
 	var errs []error
 	switch m.Version {
 	case MetaVersion:
@@ -302,43 +330,63 @@ func (m *Meta) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("version %d, want %d or %d", m.Version, MetaVersion, MetaVersion2))
 	}
-	if len(m.Files) > maxMetaFiles {
-		errs = append(errs, fmt.Errorf("%d files, more than the %d a cycle can hold", len(m.Files), maxMetaFiles))
-		return fmt.Errorf("invalid meta: %w", errors.Join(errs...))
-	}
-	if m.DataPath == "" && len(m.Files) > 0 {
-		errs = append(errs, errors.New("files without data_path"))
-	}
-	if m.MinTS > m.MaxTS && len(m.Files) > 0 {
-		errs = append(errs, fmt.Errorf("min_ts %d > max_ts %d", m.MinTS, m.MaxTS))
+	errs = append(errs, m.validateFileCount(nFiles)...)
+	if len(m.Offsets) > maxMetaPartitions {
+		errs = append(errs, fmt.Errorf("%d offset ranges, more than %d", len(m.Offsets), maxMetaPartitions))
 	}
 	for i, o := range m.Offsets {
 		if o.From < 0 || o.From > o.To {
 			errs = append(errs, fmt.Errorf("offsets[%d]: bad range [%d, %d) of %s/%d", i, o.From, o.To, o.Topic, o.Partition))
 		}
 	}
-	var end int64
+	return errs
+}
+
+// validateFileCount checks what depends on the number of files.
+func (m *Meta) validateFileCount(nFiles int) []error {
+	var errs []error
+	if nFiles > maxMetaFiles {
+		errs = append(errs, fmt.Errorf("%d files, more than the %d a cycle can hold", nFiles, maxMetaFiles))
+	}
+	if m.DataPath == "" && nFiles > 0 {
+		errs = append(errs, errors.New("files without data_path"))
+	}
+	if m.MinTS > m.MaxTS && nFiles > 0 {
+		errs = append(errs, fmt.Errorf("min_ts %d > max_ts %d", m.MinTS, m.MaxTS))
+	}
+	return errs
+}
+
+// fileChecker checks a meta's files one by one, in order.
+type fileChecker struct {
+	version int
+	flows   map[uint32]bool // flow id -> named (a chunk may name it)
+	end     int64           // of the previous chunk
+}
+
+func (m *Meta) fileChecker() *fileChecker {
 	flows := make(map[uint32]bool, len(m.Flows))
 	for _, f := range m.Flows {
-		flows[f.FlowID] = true
+		flows[f.FlowID] = !f.unnamed()
 	}
-	for i, f := range m.Files {
-		if err := f.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
-			continue
-		}
-		if err := f.validateFlows(m.Version, flows); err != nil {
-			errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
-		}
-		if f.Offset < end {
-			errs = append(errs, fmt.Errorf("files[%d]: offset %d overlaps the previous chunk ending at %d", i, f.Offset, end))
-		}
-		end = f.Offset + f.Length
+	return &fileChecker{version: m.Version, flows: flows}
+}
+
+// check checks file i, the next one: its fields, its flow ids, and that it
+// starts at or after the end of the one before.
+func (c *fileChecker) check(i int, f *FileMeta) error {
+	if err := f.validate(); err != nil {
+		return fmt.Errorf("files[%d]: %w", i, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid meta: %w", err)
+	var errs []error
+	if err := f.validateFlows(c.version, c.flows); err != nil {
+		errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
 	}
-	return nil
+	if f.Offset < c.end {
+		errs = append(errs, fmt.Errorf("files[%d]: offset %d overlaps the previous chunk ending at %d", i, f.Offset, c.end))
+	}
+	c.end = f.Offset + f.Length
+	return errors.Join(errs...)
 }
 
 // validateV2 checks the fields only a version 2 meta has.
@@ -350,38 +398,64 @@ func (m *Meta) validateV2() []error {
 	if !ValidName(m.StoreID) {
 		errs = append(errs, fmt.Errorf("invalid store id %q", m.StoreID))
 	}
+	switch {
+	case len(m.Flows) > maxMetaFlows:
+		errs = append(errs, fmt.Errorf("%d flows, more than %d", len(m.Flows), maxMetaFlows))
+	case len(m.Partitions) > maxMetaPartitions:
+		errs = append(errs, fmt.Errorf("%d partitions, more than %d", len(m.Partitions), maxMetaPartitions))
+	case len(m.Coverage) > maxMetaCoverage:
+		errs = append(errs, fmt.Errorf("%d coverage reports, more than %d", len(m.Coverage), maxMetaCoverage))
+	}
 	seen := make(map[uint32]bool, len(m.Flows))
-	for i, f := range m.Flows {
-		switch {
-		case f.Catalog == "" && f.Name == "" && !m.hasChunkOf(f.FlowID):
-		case !ValidName(f.Catalog) || !ValidName(f.Name):
-			errs = append(errs, fmt.Errorf("flows[%d]: invalid flow %q/%q", i, f.Catalog, f.Name))
-		case seen[f.FlowID]:
-			errs = append(errs, fmt.Errorf("flows[%d]: flow id %d twice", i, f.FlowID))
-		}
-		seen[f.FlowID] = true
-	}
-	for i, p := range m.Partitions {
-		if p.NextOffset < 0 || p.Idle && p.HasCheckpoint {
-			errs = append(errs, fmt.Errorf("partitions[%d]: bad state of %s/%d", i, p.Topic, p.Partition))
+	for i := range m.Flows {
+		if err := m.Flows[i].validate(i, seen); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	for i, r := range m.Coverage {
-		if !seen[r.FlowID] {
-			errs = append(errs, fmt.Errorf("coverage[%d]: flow id %d is not among the meta's flows", i, r.FlowID))
+	for i := range m.Partitions {
+		if err := m.Partitions[i].validate(i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range m.Coverage {
+		if err := m.Coverage[i].validate(i, seen); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errs
 }
 
-// hasChunkOf reports whether a file of m lists flow id (version 2).
-func (m *Meta) hasChunkOf(id uint32) bool {
-	for i := range m.Files {
-		if _, ok := slices.BinarySearch(m.Files[i].FlowIDs, id); ok {
-			return true
-		}
+// validate checks flows[i] against the flow ids seen before it, and adds
+// its own. A flow with neither catalog nor name is one with coverage
+// reports and no chunk (dropped before its writer started, its drop having
+// recorded no definition): fileChecker refuses a chunk of it.
+func (f *MetaFlow) validate(i int, seen map[uint32]bool) error {
+	defer func() { seen[f.FlowID] = true }()
+	switch {
+	case f.unnamed():
+	case !ValidName(f.Catalog) || !ValidName(f.Name):
+		return fmt.Errorf("flows[%d]: invalid flow %q/%q", i, f.Catalog, f.Name)
+	case seen[f.FlowID]:
+		return fmt.Errorf("flows[%d]: flow id %d twice", i, f.FlowID)
 	}
-	return false
+	return nil
+}
+
+func (f *MetaFlow) unnamed() bool { return f.Catalog == "" && f.Name == "" }
+
+func (p *PartitionState) validate(i int) error {
+	if p.NextOffset < 0 || p.Idle && p.HasCheckpoint {
+		return fmt.Errorf("partitions[%d]: bad state of %s/%d", i, p.Topic, p.Partition)
+	}
+	return nil
+}
+
+// validate checks coverage[i] against the meta's flow ids.
+func (r *CoverageReport) validate(i int, flows map[uint32]bool) error {
+	if !flows[r.FlowID] {
+		return fmt.Errorf("coverage[%d]: flow id %d is not among the meta's flows", i, r.FlowID)
+	}
+	return nil
 }
 
 // validateFlows checks a file's flow ids: none in a version 1 meta; in a
@@ -400,8 +474,12 @@ func (f *FileMeta) validateFlows(version int, flows map[uint32]bool) error {
 		if i > 0 && id <= f.FlowIDs[i-1] {
 			return fmt.Errorf("flow_ids %v not ascending", f.FlowIDs)
 		}
-		if !flows[id] {
+		named, ok := flows[id]
+		switch {
+		case !ok:
 			return fmt.Errorf("flow id %d is not among the meta's flows", id)
+		case !named:
+			return fmt.Errorf("flow id %d has a chunk but no catalog and name among the meta's flows", id)
 		}
 	}
 	return nil

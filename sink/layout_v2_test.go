@@ -83,28 +83,33 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 	if got.Partitions[0].Regions["1"] != 5 || got.Coverage[0].Since.TS != 4 {
 		t.Errorf("round trip lost partition or coverage state: %+v", got)
 	}
-	for name, mutate := range map[string]func(*Meta){
-		"no flow ids":        func(m *Meta) { m.Files[0].FlowIDs = nil },
-		"unsorted flow ids":  func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
-		"unknown flow id":    func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
-		"flow of its own":    func(m *Meta) { m.FlowID = 3 },
-		"flow twice":         func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
-		"bad flow name":      func(m *Meta) { m.Flows[0].Name = "a/b" },
-		"unnamed with chunk": func(m *Meta) { m.Flows[0].Catalog, m.Flows[0].Name = "", "" },
-		"report of no flow":  func(m *Meta) { m.Coverage[0].FlowID = 9 },
-		"idle and ckpt":      func(m *Meta) { m.Partitions[0].Idle = true },
-		"bad store id":       func(m *Meta) { m.StoreID = "" },
-		"version 3":          func(m *Meta) { m.Version = 3 },
-		"v1 with v2 flow id": func(m *Meta) {
-			m.Version, m.Flow, m.FlowID, m.Flows, m.Coverage, m.Partitions = MetaVersion, "a", 3, nil, nil, nil
-		},
-	} {
+	for name, mutate := range invalidV2Mutations() {
 		m := validV2Meta()
 		m.Files = append([]FileMeta(nil), m.Files...)
 		mutate(&m)
 		if _, err := EncodeMeta(m); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// invalidV2Mutations turn validV2Meta into metas Validate refuses.
+func invalidV2Mutations() map[string]func(*Meta) {
+	return map[string]func(*Meta){
+		"no flow ids":       func(m *Meta) { m.Files[0].FlowIDs = nil },
+		"unsorted flow ids": func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
+		"unknown flow id":   func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
+		"flow of its own":   func(m *Meta) { m.FlowID = 3 },
+		"flow twice":        func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
+		"bad flow name":     func(m *Meta) { m.Flows[0].Name = "a/b" },
+		"chunk of unnamed":  func(m *Meta) { m.Flows[0].Catalog, m.Flows[0].Name = "", "" },
+		"report of no flow": func(m *Meta) { m.Coverage[0].FlowID = 9 },
+		"idle and ckpt":     func(m *Meta) { m.Partitions[0].Idle = true },
+		"bad store id":      func(m *Meta) { m.StoreID = "" },
+		"version 3":         func(m *Meta) { m.Version = 3 },
+		"v1 with v2 flow id": func(m *Meta) {
+			m.Version, m.Flow, m.FlowID, m.Flows, m.Coverage, m.Partitions = MetaVersion, "a", 3, nil, nil, nil
+		},
 	}
 }
 
@@ -128,7 +133,7 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 	c := Catalog{Version: CatalogVersion, Group: "g", FlowID: 3, Catalog: "default", Name: "demo", Rev: 4,
 		Info:    []byte(`{"flow_name":"demo"}`),
 		Windows: []CatalogWindow{{TableID: 1, Since: 5}, {TableID: 2, Since: 3, Until: &until}},
-		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Removed: []uint32{1}}},
+		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Added: []uint32{4, 6}, Removed: []uint32{1}, Ckpt: 8}},
 		CoverageSeq: 7, Snapshots: []CatalogSnapshot{{TS: 3, Path: "a"}, {TS: 8, Path: "b"}}, CheckpointTS: 10,
 		DDL: &CatalogDDL{Topic: "flowlog.ddl", Partition: 0, Next: 12}}
 	b, err := EncodeCatalog(c)
@@ -136,7 +141,7 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := DecodeCatalog(b)
-	if err != nil || got.Rev != 4 || len(got.Windows) != 2 || *got.Windows[1].Until != 9 || got.DDL.Next != 12 {
+	if err != nil || got.Rev != 4 || len(got.Windows) != 2 || *got.Windows[1].Until != 9 || got.DDL.Next != 12 || got.Pending[0].Ckpt != 8 || len(got.Pending[0].Added) != 2 {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	// A table removed before any partition saw past its addition has a
@@ -150,8 +155,6 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 	for name, mutate := range map[string]func(*Catalog){
 		"no rev":             func(c *Catalog) { c.Rev = 0 },
 		"table twice":        func(c *Catalog) { c.Windows = append(c.Windows, CatalogWindow{TableID: 1}) },
-		"step of no table":   func(c *Catalog) { c.Pending[0].Removed = nil },
-		"tables unsorted":    func(c *Catalog) { c.Pending[0].Added = []uint32{4, 3} },
 		"seq past counter":   func(c *Catalog) { c.Pending[0].Seq = 8 },
 		"snapshots unsorted": func(c *Catalog) { c.Snapshots[0].TS = 9 },
 		"bad name":           func(c *Catalog) { c.Name = "../x" },

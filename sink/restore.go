@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/flowlog/flowlog/event"
@@ -124,7 +123,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if err := checkOutDir(o.OutDir, o.Force); err != nil {
 		return st, err // before reading the metas, which may take a while
 	}
-	plan, err := planRestore(ctx, o)
+	plan, err := planRestore(ctx, &o)
 	if err != nil {
 		return st, err
 	}
@@ -180,7 +179,7 @@ func mvccRead(ctx context.Context, o RestoreOptions, plan *restorePlan, out mvcc
 			tables[id] = true // restorable: a file even if empty
 		}
 	}
-	err = readChunks(ctx, o, plan.jobs, func(j *chunkJob, key, value []byte) error {
+	err = readChunks(ctx, o, plan.each, func(j *chunkJob, key, value []byte) error {
 		_, ts, err := event.SplitDataKey(key)
 		if err != nil {
 			return fmt.Errorf("chunk %d of %s: %w", j.index, j.path, err)
@@ -230,27 +229,6 @@ func (e *NoDataError) Error() string {
 // maxMetaSize bounds a meta object; a legitimate one lists a cycle's chunks
 // in a few hundred bytes each.
 const maxMetaSize = 64 << 20
-
-// readMeta reads and decodes one meta object.
-func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
-	rc, err := b.Get(ctx, path)
-	if err != nil {
-		return Meta{}, fmt.Errorf("read meta: %w", err)
-	}
-	defer rc.Close()
-	raw, err := io.ReadAll(io.LimitReader(rc, maxMetaSize+1))
-	if err != nil {
-		return Meta{}, fmt.Errorf("read meta %s: %w", path, err)
-	}
-	if len(raw) > maxMetaSize {
-		return Meta{}, &badMetaError{path: path, err: fmt.Errorf("larger than %d MiB", maxMetaSize>>20)}
-	}
-	m, err := DecodeMeta(raw)
-	if err != nil {
-		return Meta{}, &badMetaError{path: path, err: err}
-	}
-	return m, nil
-}
 
 // badMetaError is a meta object that exists but does not decode, or does
 // not belong to the flow read.

@@ -72,14 +72,15 @@ type entryBatch struct {
 	big  bool // data grew past batchCap: the loop releases bigBatch after use
 }
 
-// readChunks reads the jobs' chunks with o.Parallel goroutines, which
+// readChunks reads the chunks jobs sends with o.Parallel goroutines, which
 // decompress, check and split them into batches of entries; fn sees every
 // entry on the calling goroutine. A chunk's entries are all delivered before
-// its checksum is known, so a corrupt chunk fails the whole restore.
-func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn func(j *chunkJob, key, value []byte) error, st *RestoreStats) error {
+// its checksum is known, so a corrupt chunk fails the whole restore, and so
+// does an error of jobs.
+func readChunks(parent context.Context, o RestoreOptions, jobs func(ctx context.Context, send func(chunkJob) error) error, fn func(j *chunkJob, key, value []byte) error, st *RestoreStats) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	jobc := make(chan chunkJob)
+	jobc := make(chan chunkJob, 64) // the metas are read while chunks are
 	batches := make(chan entryBatch, o.Parallel)
 	errc := make(chan error, o.Parallel+1)
 	big := make(chan struct{}, 1)
@@ -99,14 +100,21 @@ func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn fu
 			}
 		}()
 	}
+	produced := make(chan struct{})
 	go func() {
+		defer close(produced)
 		defer close(jobc)
-		for _, j := range jobs {
+		err := jobs(ctx, func(j chunkJob) error {
 			select {
 			case jobc <- j:
+				return nil
 			case <-ctx.Done():
-				return
+				return ctx.Err()
 			}
+		})
+		if err != nil {
+			errc <- err
+			cancel()
 		}
 	}()
 	go func() { wg.Wait(); close(batches) }()
@@ -131,6 +139,10 @@ func readChunks(parent context.Context, o RestoreOptions, jobs []chunkJob, fn fu
 			<-big
 		}
 	}
+	// The readers are done (batches closed); the metas' reader stops at the
+	// cancellation if it has not ended, and owns errc until then.
+	cancel()
+	<-produced
 	if ferr != nil {
 		return ferr
 	}

@@ -110,7 +110,7 @@ func Snapshot(ctx context.Context, o SnapshotOptions) (SnapshotStats, error) {
 		}
 		ro.Windows[id] = TableWindow{Since: w.Since, Until: o.TS}
 	}
-	plan, err := planRestore(ctx, ro)
+	plan, err := planRestore(ctx, &ro)
 	if err != nil {
 		return st, err
 	}
@@ -121,10 +121,10 @@ func Snapshot(ctx context.Context, o SnapshotOptions) (SnapshotStats, error) {
 	defer os.RemoveAll(dir)
 	if o.Progress != nil {
 		ro.progress = func(rs RestoreStats) {
-			o.Progress(SnapshotProgress{Chunks: rs.Chunks, ChunksTotal: len(plan.jobs), LogBytes: rs.LogBytes, Keys: rs.Keys, Objects: st.Objects})
+			o.Progress(SnapshotProgress{Chunks: rs.Chunks, ChunksTotal: plan.chunks, LogBytes: rs.LogBytes, Keys: rs.Keys, Objects: st.Objects})
 		}
 	}
-	w := &snapWriter{ctx: ctx, o: &o, dir: dir, done: map[int64]SnapshotTable{}, st: &st, total: len(plan.jobs)}
+	w := &snapWriter{ctx: ctx, o: &o, dir: dir, done: map[int64]SnapshotTable{}, st: &st, total: plan.chunks}
 	defer w.abort()
 	if err := mvccRead(ctx, ro, plan, w, &st.RestoreStats); err != nil {
 		return st, err

@@ -9,20 +9,25 @@ import (
 )
 
 // flowObjects are the objects under a flow's directory, split into the
-// global checkpoint objects and the rest.
+// global checkpoint objects, the catalogs (catalog/, which describe the
+// backup: never unreferenced) and the rest.
 type flowObjects struct {
 	checkpoints []string
+	catalogs    int
 	others      []string
 }
 
 func listFlowObjects(ctx context.Context, b Bucket, f Flow) (flowObjects, error) {
 	var objs flowObjects
 	dir := f.Dir()
-	ckptDir := dir + "global_checkpoint/"
+	ckptDir, catDir := dir+"global_checkpoint/", CatalogDir(f.Prefix, f.Catalog, f.Name)
 	err := b.Iter(ctx, dir, func(name string) error {
-		if strings.HasPrefix(name, ckptDir) {
+		switch {
+		case strings.HasPrefix(name, ckptDir):
 			objs.checkpoints = append(objs.checkpoints, name)
-		} else {
+		case strings.HasPrefix(name, catDir):
+			objs.catalogs++
+		default:
 			objs.others = append(objs.others, name)
 		}
 		return nil
@@ -69,7 +74,7 @@ func countUnreferenced(ctx context.Context, o VerifyOptions, names []string, ref
 			garbage = append(garbage, name)
 			continue
 		}
-		m, err := readMeta(ctx, o.Bucket, name)
+		m, _, _, err := streamMeta(ctx, o.Bucket, name, metaParts{}, metaVisitor{header: func(*Meta) error { return errStopMeta }})
 		if err != nil {
 			if isDataFault(err) {
 				garbage = append(garbage, name) // unreadable: nobody's

@@ -5,11 +5,13 @@ package backuptest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,25 +108,54 @@ func (e *Env) Source() backup.Source {
 // consumer does.
 func (e *Env) Commit(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	t.Helper()
-	ctx := context.Background()
 	off := int64(e.cycles)
 	e.cycles++
 	c := sinktest.Cycle{Prefix: e.Prefix, Catalog: "default", Flow: "f", FlowID: 1, CycleID: fmt.Sprintf("c%d", e.cycles), ResolvedTS: rts,
 		Entries: entries, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}}
 	_, path := sinktest.WriteCycle(t, e.Bucket, c)
-	err := e.Store.Commit(ctx, meta.Commit{
+	e.commit(t, off, rts, path, 1)
+	e.PutObject(sink.CheckpointPath(e.Prefix, "default", "f", Group, 1), sink.EncodeCheckpoint(rts))
+}
+
+// CommitV2 is Commit in layout v2: the cycle is a v2 one whose entries
+// flow 1 and flow 2 ("default/other") both routed, listed for both, and the
+// checkpoint object is the group's global one.
+func (e *Env) CommitV2(t testing.TB, rts uint64, entries ...sinktest.Entry) {
+	t.Helper()
+	off := int64(e.cycles)
+	e.cycles++
+	tagged := make([]sinktest.Entry, len(entries))
+	for i, en := range entries {
+		en.FlowIDs = []uint32{1, 2}
+		tagged[i] = en
+	}
+	c := sinktest.CycleV2{Prefix: e.Prefix, StoreID: "s1", CycleID: fmt.Sprintf("%d-c%d-00", off, e.cycles), Group: Group, ResolvedTS: rts,
+		Flows:   []sink.MetaFlow{{FlowID: 1, Catalog: "default", Name: "f"}, {FlowID: 2, Catalog: "default", Name: "other"}},
+		Entries: tagged, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}}
+	_, path := sinktest.WriteCycleV2(t, e.Bucket, c)
+	e.commit(t, off, rts, path, 1, 2)
+	e.PutObject(sink.CheckpointPathV2(e.Prefix, Group), sink.EncodeCheckpoint(rts))
+}
+
+// commit commits the cycle of meta path at offset off, resolved at rts,
+// listing it for flows, and advances flow 1's checkpoint there.
+func (e *Env) commit(t testing.TB, off int64, rts uint64, path string, flows ...meta.FlowID) {
+	t.Helper()
+	ctx := context.Background()
+	c := meta.Commit{
 		Leases:     []meta.Lease{e.Lease},
 		Partitions: []meta.PartitionCommit{{Topic: "flowlog.apply", Partition: 0, NextOffset: off + 1, Checkpoint: rts, HasCheckpoint: true}},
-		Metas:      []meta.MetaRef{{FlowID: 1, Path: path, MinResolvedTS: rts}},
 		Flows:      []meta.FlowID{1}, LastFlushTS: rts,
-	})
-	if err != nil {
+	}
+	for _, id := range flows {
+		c.Metas = append(c.Metas, meta.MetaRef{FlowID: id, Path: path, MinResolvedTS: rts})
+	}
+	if err := e.Store.Commit(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Store.AdvanceCheckpoint(ctx, 1, rts); err != nil {
 		t.Fatal(err)
 	}
-	e.PutObject(sink.CheckpointPath(e.Prefix, "default", "f", Group, 1), sink.EncodeCheckpoint(rts))
 }
 
 // PutObject writes content to the emulator as object name, as is
@@ -212,4 +243,60 @@ func ReadDir(t testing.TB, dir string) map[string]string {
 		out[de.Name()] = string(b)
 	}
 	return out
+}
+
+// WriteCatalog writes flow id's catalog at revision rev from what Redis
+// holds of it, as the consumer's catalog writer does: its definition (or,
+// dropped, the name of flow default/f), windows, history, pending entries,
+// snapshots, truncation point and checkpoint.
+func (e *Env) WriteCatalog(t testing.TB, id meta.FlowID, rev uint64) string {
+	t.Helper()
+	ctx := context.Background()
+	c := sink.Catalog{Version: sink.CatalogVersion, Group: Group, FlowID: uint32(id), Catalog: "default", Name: "f", Rev: rev, Info: []byte(`{}`)}
+	info, ok, err := e.Store.FlowInfo(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		c.Catalog, c.Name = info.CatalogName, info.FlowName
+		if c.Info, err = json.Marshal(info); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.Store.FlowState(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.CheckpointTS = st.CheckpointTS
+	}
+	c.Dropped = !ok
+	cur, hist, err := e.Store.Windows(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range cur {
+		c.Windows = append(c.Windows, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
+	}
+	slices.SortFunc(c.Windows, func(a, b sink.CatalogWindow) int { return cmp.Compare(a.TableID, b.TableID) })
+	for _, w := range hist {
+		c.History = append(c.History, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
+	}
+	steps, err := e.Store.PendingSteps(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range steps {
+		c.Pending = append(c.Pending, sink.CatalogPending{Seq: st.Seq, Added: st.Added, Removed: st.Removed, Ckpt: st.Ckpt})
+		c.CoverageSeq = max(c.CoverageSeq, st.Seq)
+	}
+	snaps, err := e.Store.Snapshots(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		c.Snapshots = append(c.Snapshots, sink.CatalogSnapshot{TS: s.TS, Path: s.Path})
+	}
+	if c.TruncatedBefore, _, err = e.Store.TruncatedBefore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return sinktest.WriteCatalog(t, e.Bucket, e.Prefix, c)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
@@ -52,6 +53,18 @@ var Handles = []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 // some of which prewrote their value cycles before they committed.
 func NewHistory(t testing.TB, rd *testenv.Redis, g *testenv.GCS, name string, seed uint64, cycles, perCycle int) *History {
 	t.Helper()
+	return newHistory(t, rd, g, name, seed, cycles, perCycle, false)
+}
+
+// NewHistoryV2 is NewHistory in layout v2 (Env.CommitV2): every cycle is
+// shared with flow 2, which lists it too.
+func NewHistoryV2(t testing.TB, rd *testenv.Redis, g *testenv.GCS, name string, seed uint64, cycles, perCycle int) *History {
+	t.Helper()
+	return newHistory(t, rd, g, name, seed, cycles, perCycle, true)
+}
+
+func newHistory(t testing.TB, rd *testenv.Redis, g *testenv.GCS, name string, seed uint64, cycles, perCycle int, v2 bool) *History {
+	t.Helper()
 	h := &History{Env: New(t, rd, g, name, name, 1), Flow: backup.Lookup{Catalog: "default", Name: "f"}}
 	h.Base = time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -90,7 +103,11 @@ func NewHistory(t testing.TB, rd *testenv.Redis, g *testenv.GCS, name string, se
 				entries = append(entries, sinktest.WriteRecord(1, tx.Handle, tx.Commit, w))
 			}
 		}
-		h.Commit(t, hi, entries...)
+		if v2 {
+			h.CommitV2(t, hi, entries...)
+		} else {
+			h.Commit(t, hi, entries...)
+		}
 		h.Checkpoint = hi
 	}
 	return h
@@ -261,18 +278,43 @@ func (h *History) StoredBytes(t testing.TB) int64 {
 	return n
 }
 
-// ListedMetas reads every meta listed for the flow, failing the test if
-// one is missing or damaged.
-func (h *History) ListedMetas(t testing.TB) []sink.LoggedMeta {
+// ListedMetas reads every meta listed for the flow, whole, failing the test
+// if one is missing or damaged.
+func (h *History) ListedMetas(t testing.TB) []sink.Meta {
 	t.Helper()
 	ctx := context.Background()
 	paths, err := backup.MetaPaths(ctx, h.Store, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	metas, err := sink.ReadMetas(ctx, h.Bucket, sink.Flow{Prefix: h.Prefix, Catalog: "default", Name: "f", ID: 1}, paths, 8)
-	if err != nil {
-		t.Fatalf("a listed meta is unreadable: %v", err)
+	var out []sink.Meta
+	for _, p := range paths {
+		rc, err := h.Bucket.Get(ctx, p)
+		if err != nil {
+			t.Fatalf("a listed meta is unreadable: %v", err)
+		}
+		raw, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sink.DecodeMeta(raw)
+		if err != nil {
+			t.Fatalf("listed meta %s: %v", p, err)
+		}
+		out = append(out, m)
 	}
-	return metas
+	return out
+}
+
+// LogBytesAfter is the stored bytes of m's chunks with an event newer than
+// ts: what a restore at or above ts still reads of it.
+func LogBytesAfter(m sink.Meta, ts uint64) int64 {
+	var n int64
+	for _, f := range m.Files {
+		if f.MaxTS > ts && f.NumberOfEntries > 0 {
+			n += f.Length
+		}
+	}
+	return n
 }

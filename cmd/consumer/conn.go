@@ -94,17 +94,26 @@ func validateRedis(c meta.Config) error {
 // c and opens the metadata store: the start of every operator command.
 // Positional arguments are refused.
 func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, func(), error) {
-	src, err := cli.ParseSources(fs, args)
-	if err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return nil, nil, err
 	}
+	return c.openStore()
+}
+
+// parse is parseOpen without opening the store: a command reading the
+// bucket alone (--from-bucket) never connects to Redis.
+func (c *connConfig) parse(fs *flag.FlagSet, args []string) error {
+	src, err := cli.ParseSources(fs, args)
+	if err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
-		return nil, nil, cli.Usagef("unexpected arguments %q", fs.Args())
+		return cli.Usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := c.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
+		return fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
 	}
-	return c.openStore()
+	return nil
 }
 
 // openStore connects to Redis. The store has no metrics registry: operator

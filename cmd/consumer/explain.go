@@ -43,6 +43,9 @@ func (r reader) notify(e backup.Event) {
 // whyNot says why table l.Table has no window holding l.TS.
 func whyNot(l backup.LeftOut) string {
 	switch {
+	case l.Removing:
+		return fmt.Sprintf("it is being removed from the flow and not every apply partition has said where it stopped backing it up: its window is complete only up to %d (%s), the flow's checkpoint when it was removed; restore at or below that, or once the removal is final",
+			l.CompleteUpTo, tsTime(l.CompleteUpTo))
 	case len(l.Windows) > 0:
 		ws := make([]string, len(l.Windows))
 		for i, w := range l.Windows {

@@ -88,6 +88,7 @@ func TestReadWording(t *testing.T) {
 			backup.LeftOut{Table: 2, TS: at(40), Windows: []meta.Window{{Since: 5, Until: &until30}, {Since: at(45)}}},
 			backup.LeftOut{Table: 3, TS: at(40), Establishing: true},
 			backup.LeftOut{Table: 4, TS: at(40)},
+			backup.LeftOut{Table: 5, TS: at(40), Windows: []meta.Window{{Since: 5}}, Removing: true, CompleteUpTo: at(30)},
 		} {
 			r.notify(e)
 		}
@@ -98,7 +99,9 @@ func TestReadWording(t *testing.T) {
 	wantErr := "flow c/f (id 7) was dropped and its checkpoint is unreadable (object not found); its coverage windows are final, so it is restorable up to their end\n" +
 		fmt.Sprintf("left out table 2: no coverage window holds %d; its windows are [5, %d], [%d, now]\n", at(40), at(30), at(45)) +
 		"left out table 3: its coverage window is not established yet (an apply partition has not routed past the DDL that added it)\n" +
-		"left out table 4: not a table of the flow (no coverage window)\n"
+		"left out table 4: not a table of the flow (no coverage window)\n" +
+		fmt.Sprintf("left out table 5: it is being removed from the flow and not every apply partition has said where it stopped backing it up: "+
+			"its window is complete only up to %d (2026-12-01T10:30:00Z), the flow's checkpoint when it was removed; restore at or below that, or once the removal is final\n", at(30))
 	if stdout != wantOut || stderr != wantErr {
 		t.Errorf("events printed\n%s---\n%s\nwant\n%s---\n%s", stdout, stderr, wantOut, wantErr)
 	}

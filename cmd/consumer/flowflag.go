@@ -43,13 +43,13 @@ func flowLookup(flowArg string, idArg uint) (backup.Lookup, error) {
 	return l, nil
 }
 
-// resolveFlow finds the flow --flow or --flow-id names.
-func (c *connConfig) resolveFlow(ctx context.Context, st backup.Store, flowArg string, idArg uint) (backup.Flow, error) {
+// resolveFlow finds the flow --flow or --flow-id names in src.
+func resolveFlow(ctx context.Context, src backup.Source, flowArg string, idArg uint) (backup.Flow, error) {
 	l, err := flowLookup(flowArg, idArg)
 	if err != nil {
 		return backup.Flow{}, err
 	}
-	f, err := backup.Resolve(ctx, st, c.GCS.Prefix, l)
+	f, err := backup.Resolve(ctx, src, l)
 	return f, explainLookup(err)
 }
 

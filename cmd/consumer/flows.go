@@ -93,20 +93,23 @@ func runFlows(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consumer flows", flag.ContinueOnError)
 	var (
 		conn   connConfig
+		mem    opMemory
 		asJSON bool
 	)
 	conn.RegisterFlags(fs)
+	mem.RegisterFlags(fs)
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	mem.apply()
 	rows, err := listFlows(ctx, st)
 	if err != nil {
 		return err
 	}
-	addLogBytes(ctx, &conn, st, rows)
+	addLogBytes(ctx, &conn, st, rows, mem.streams(16))
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

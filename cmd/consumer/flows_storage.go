@@ -32,10 +32,11 @@ func retentionState(ctx context.Context, st *meta.Store, row *flowRow) error {
 
 // addLogBytes sets each row's LogBytesAfterSnapshot: the stored bytes of
 // the listed chunks holding an event newer than its latest snapshot (all of
-// them without one), what a restore at the checkpoint still reads from the
-// log. It opens the bucket and reads the listed metas; if that fails, the
-// column stays unknown and a note goes to stderr.
-func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []flowRow) {
+// them without one; of a v2 meta, the flow's chunks), what a restore at the
+// checkpoint still reads from the log. It opens the bucket and streams the
+// listed metas, parallel at most at once; if that fails, the column stays
+// unknown and a note goes to stderr.
+func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []flowRow, parallel int) {
 	if len(rows) == 0 {
 		return
 	}
@@ -51,16 +52,16 @@ func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []f
 		r := &rows[i]
 		refs, err := st.Metas(ctx, r.ID)
 		if err == nil {
-			var metas []sink.LoggedMeta
 			paths := make([]string, len(refs))
 			for j, m := range refs {
 				paths[j] = m.Path
 			}
 			f := sink.Flow{Prefix: conn.GCS.Prefix, Catalog: r.Catalog, Name: r.Name, ID: r.ID}
-			if metas, err = sink.ReadMetas(ctx, b, f, paths, 16); err == nil {
+			var sums []sink.MetaSummary
+			if sums, err = sink.ReadMetaSummaries(ctx, b, f, paths, r.SnapshotTS, parallel); err == nil {
 				var n int64
-				for _, m := range metas {
-					n += m.LogBytesAfter(r.SnapshotTS)
+				for _, m := range sums {
+					n += m.LogBytesAfter
 				}
 				r.LogBytesAfterSnapshot = &n
 				continue

@@ -18,6 +18,7 @@ import (
 type gcConfig struct {
 	conn     connConfig
 	metrics  opMetrics
+	mem      opMemory
 	Grace    time.Duration
 	DryRun   bool
 	Parallel int
@@ -31,6 +32,7 @@ const minSafeGrace = 30 * time.Minute
 func (c *gcConfig) RegisterFlags(f *flag.FlagSet) {
 	c.conn.RegisterFlags(f)
 	c.metrics.RegisterFlags(f)
+	c.mem.RegisterFlags(f)
 	f.DurationVar(&c.Grace, "grace", time.Hour, "never delete an object younger than this; keep it above the consumers' --max-commit-age and the longest snapshot run")
 	f.BoolVar(&c.DryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	f.IntVar(&c.Parallel, "parallel", 16, "metas read and objects deleted at once")
@@ -48,6 +50,7 @@ func runGC(ctx context.Context, args []string) error {
 	if cfg.Grace < 0 {
 		return cli.Usagef("--grace %v: must not be negative", cfg.Grace)
 	}
+	cfg.mem.apply()
 	b, err := cfg.conn.openBucket(ctx)
 	if err != nil {
 		return err
@@ -70,7 +73,13 @@ func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error
 		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/RESTORE.md, \"Retention: truncate and gc\")\n",
 			cfg.Grace, minSafeGrace)
 	}
-	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: backup.GCRefs(st)})
+	if !cfg.DryRun {
+		if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+			return fmt.Errorf("gc deletes nothing before the catalogs are written: %w", err)
+		}
+	}
+	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Group: cfg.conn.Group, Grace: cfg.Grace,
+		Parallel: cfg.mem.streams(cfg.Parallel), Refs: backup.GCRefs(st)})
 	if err != nil {
 		return err
 	}
@@ -94,10 +103,10 @@ func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error
 	if cfg.DryRun {
 		verb = "would"
 	}
-	fmt.Printf("gc under gs://%s/%s: listed %d objects (%s) of %d flows; %s delete %d unreferenced objects (%s: %d data, %d meta, %d snapshot) older than %v; "+
-		"keeping %d unreferenced objects (%s) younger than that, %d checkpoint or foreign objects and %d objects of flow ids this Redis never had\n",
+	fmt.Printf("gc under gs://%s/%s: listed %d objects (%s) of %d flows; %s delete %d unreferenced objects (%s: %d data, %d meta, %d snapshot, %d catalog) older than %v; "+
+		"keeping %d unreferenced objects (%s) younger than that, %d checkpoint or foreign objects and %d objects of flow ids this Redis never had or of other consumer groups\n",
 		cfg.conn.GCS.Bucket, cfg.conn.GCS.Prefix, plan.ListedObjects, humanBytes(plan.ListedBytes), len(flows), verb,
-		len(plan.Delete), humanBytes(plan.DeleteBytes), byKind[sink.GCData], byKind[sink.GCMeta], byKind[sink.GCSnapshot], cfg.Grace,
+		len(plan.Delete), humanBytes(plan.DeleteBytes), byKind[sink.GCData], byKind[sink.GCMeta], byKind[sink.GCSnapshot], byKind[sink.GCCatalog], cfg.Grace,
 		plan.Young, humanBytes(plan.YoungBytes), plan.Kept, plan.Unknown)
 	for _, f := range flows {
 		s := plan.Storage[f]

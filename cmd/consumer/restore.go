@@ -31,6 +31,8 @@ type restoreConfig struct {
 	// Snapshots off reads the log alone (a cross-check, or a way around a
 	// damaged snapshot while the log is still whole).
 	Snapshots bool
+	// FromBucket reads the backup from the bucket alone, without Redis.
+	FromBucket bool
 }
 
 func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
@@ -44,6 +46,7 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 256 << 20
 	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
+	f.BoolVar(&c.FromBucket, "from-bucket", false, "read the backup from the bucket alone, without Redis: the flow's catalog, the group's checkpoint object and the metas in the bucket (the same output at every ts up to the checkpoint)")
 	f.BoolVar(&c.Snapshots, "snapshots", true, "start each table from its newest listed snapshot at or below --ts (false: read the log alone, which fails below the truncation point)")
 }
 
@@ -66,11 +69,9 @@ func runRestore(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("consumer restore", flag.ContinueOnError)
 	var cfg restoreConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
-	if err != nil {
+	if err := cfg.conn.parse(fs, args); err != nil {
 		return err
 	}
-	defer closeStore()
 	if cfg.Out == "" {
 		return cli.Usagef("--out is required")
 	}
@@ -85,6 +86,15 @@ func runRestore(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
+	var st backup.Store = &backup.BucketStore{Bucket: b, Prefix: cfg.conn.GCS.Prefix, Group: cfg.conn.Group, Parallel: cfg.Parallel}
+	if !cfg.FromBucket {
+		ms, closeStore, err := cfg.conn.openStore()
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		st = ms
+	}
 	return restore(ctx, &cfg, st, b)
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -31,7 +33,7 @@ func (c *snapshotConfig) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.TS, "ts", "snapshot as of this TSO, RFC 3339 time or negative duration ago (default: the flow's checkpoint; may not exceed it)")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs and the objects being built")
 	c.MaxMemory = 256 << 20
-	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir")
+	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "log chunks read at once")
 	c.metrics.RegisterFlags(f)
 }
@@ -45,6 +47,11 @@ func runSnapshot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
+	// As for restore: --max-memory is also the Go soft memory limit
+	// (GOMEMLIMIT wins).
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(cfg.MaxMemory))
+	}
 	b, err := cfg.conn.openBucket(ctx)
 	if err != nil {
 		return err
@@ -59,16 +66,9 @@ func runSnapshot(ctx context.Context, args []string) error {
 	return err
 }
 
-// snapshotStore is what `consumer snapshot` reads and writes of Redis
-// (*meta.Store).
-type snapshotStore interface {
-	backup.Store
-	backup.SnapshotLister
-}
-
 // snapshot runs a parsed `consumer snapshot`: backup.Snapshot decides what
 // it writes, this prints it and counts it in the metrics.
-func snapshot(ctx context.Context, cfg *snapshotConfig, st snapshotStore, b sink.Bucket) error {
+func snapshot(ctx context.Context, cfg *snapshotConfig, st *meta.Store, b sink.Bucket) error {
 	l, err := flowLookup(cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
@@ -111,6 +111,9 @@ func snapshot(ctx context.Context, cfg *snapshotConfig, st snapshotStore, b sink
 	secs := time.Since(start).Seconds()
 	mb := float64(stats.LogBytes) / (1 << 20)
 	fmt.Printf("listed snapshot %s\n", stats.MetaPath)
+	if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+		return fmt.Errorf("snapshot %s is listed; %w", stats.MetaPath, err)
+	}
 	fmt.Printf("%d tables, %d keys, %d objects, %.1f MiB written; read %.1f MiB of log from %d chunks in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Objects, float64(stats.Bytes)/(1<<20), mb, stats.Chunks, secs, mb/max(secs, 1e-9))
 	if stats.FromSnapshot > 0 {

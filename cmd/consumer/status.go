@@ -67,7 +67,7 @@ func runStatus(ctx context.Context, args []string) error {
 	if rep.Flows, err = listFlows(ctx, st); err != nil {
 		return err
 	}
-	addLogBytes(ctx, &conn, st, rep.Flows)
+	addLogBytes(ctx, &conn, st, rep.Flows, 4)
 	if conn.HTTPAddr != "" {
 		rep.Consumer = fetchStatus(ctx, conn.HTTPAddr)
 	}

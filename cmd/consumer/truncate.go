@@ -66,7 +66,7 @@ func runTruncate(ctx context.Context, args []string) error {
 // objects nothing references any more.
 func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.Bucket) error {
 	start := time.Now()
-	ref, err := cfg.conn.resolveFlow(ctx, st, cfg.Flow, cfg.FlowID)
+	ref, err := resolveFlow(ctx, cfg.conn.source(st, b), cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
 	}
@@ -102,6 +102,9 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	}
 	if done.Removed.HistoryErr != nil {
 		fmt.Fprintf(os.Stderr, "pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
+	}
+	if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+		return fmt.Errorf("truncate is recorded in Redis, nothing deleted (gc deletes the objects once the catalogs are written): %w", err)
 	}
 	fmt.Printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Removed.Metas), len(done.Removed.Snapshots), objectsSummary(done.Objects, plan.Tables()))

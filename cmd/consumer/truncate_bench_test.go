@@ -73,14 +73,14 @@ func BenchmarkTruncateStorage(b *testing.B) {
 		for _, r := range refs {
 			paths = append(paths, r.Path)
 		}
-		metas, err := sink.ReadMetas(ctx, sb.bucket, sink.Flow{Catalog: "default", Name: "f", ID: 1}, paths, 8)
+		metas, err := sink.ReadMetaSummaries(ctx, sb.bucket, sink.Flow{Catalog: "default", Name: "f", ID: 1}, paths, snapTS, 8)
 		if err != nil {
 			b.Fatal(err)
 		}
 		var logAfter int64
 		for _, m := range metas {
-			if n := m.LogBytesAfter(snapTS); n > 0 {
-				logAfter += n + m.Size
+			if m.LogBytesAfter > 0 {
+				logAfter += m.LogBytesAfter + m.Size
 			}
 		}
 		ratio := float64(after) / float64(snapBytes+logAfter)

@@ -83,7 +83,7 @@ func TestTruncateCommand(t *testing.T) {
 	}
 	var logAfter int64
 	for _, m := range h.ListedMetas(t) {
-		logAfter += m.LogBytesAfter(s)
+		logAfter += backuptest.LogBytesAfter(m, s)
 	}
 	if fr := rows[0]; fr.SnapshotTS != s || fr.TruncatedBefore != s || fr.LogBytesAfterSnapshot == nil || *fr.LogBytesAfterSnapshot != logAfter {
 		t.Errorf("flows row: snapshot %d, truncated before %d, log bytes %v; want %d, %d, %d", fr.SnapshotTS, fr.TruncatedBefore,
@@ -104,5 +104,77 @@ func TestTruncateCommand(t *testing.T) {
 	_, err = runIn(t, h.Conn, "truncate", "--flow", "f", "--until", fmt.Sprint(old+1))
 	if want := fmt.Sprintf("flow default/f (id 1) is already truncated before %d (%s), past the snapshot at %d: nothing to do", s, tsTime(s), old); err == nil || err.Error() != want {
 		t.Errorf("truncate below the truncation point: %v, want %q", err, want)
+	}
+}
+
+// TestTruncateDryRunIsTheRun: with a snapshot.meta tampered to name objects
+// of another prefix and of another flow, `truncate --dry-run` lists as
+// "would delete" exactly what the run then deletes, none of those objects
+// among them, and warns about the snapshot it leaves to gc.
+func TestTruncateDryRunIsTheRun(t *testing.T) {
+	h := backuptest.NewHistory(t, testenv.StartRedis(t), testenv.StartGCS(t), "t2", 11, 30, 10)
+	ctx := context.Background()
+	old, s := h.MS(300, 0), h.MS(30*50*6/10, 0)
+	h.Snapshot(t, old)
+	h.Snapshot(t, s)
+	// Objects the tampered snapshot.meta names: another deployment's and
+	// another flow's.
+	victims := []string{"elsewhere/default/f/v1/snapshot/x/1.snap", sink.SnapshotTablePath(h.Prefix, "default", "g", 2, old, 1)}
+	for _, v := range victims {
+		h.PutObject(v, []byte("not yours"))
+	}
+	oldMeta := sink.SnapshotMetaPath(h.Prefix, "default", "f", 1, old)
+	raw, err := sink.EncodeSnapshotMeta(sink.SnapshotMeta{Version: 1, Flow: "default/f", FlowID: 1, TS: old,
+		Tables: []sink.SnapshotTable{{TableID: 1, DataPath: victims[0], Since: 0}, {TableID: 2, DataPath: victims[1], Since: 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.PutObject(oldMeta, raw)
+
+	until := fmt.Sprint(s)
+	out, err := runIn(t, h.Conn, "truncate", "--flow", "f", "--until", until, "--dry-run")
+	if err != nil {
+		t.Fatalf("truncate --dry-run: %v\n%s", err, out)
+	}
+	would := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(line, "would delete "); ok {
+			name, _, _ = strings.Cut(name, " (")
+			would[name] = true
+		}
+	}
+	if !strings.Contains(out, "warning: snapshot "+oldMeta) || len(would) == 0 {
+		t.Errorf("dry run names no warning about %s or nothing to delete:\n%s", oldMeta, out)
+	}
+	names := func() map[string]bool {
+		got := map[string]bool{}
+		if err := h.Bucket.Iter(ctx, "", func(n string) error { got[n] = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	before := names()
+	for n := range would {
+		if !before[n] {
+			t.Errorf("the dry run would delete %s, which does not exist", n)
+		}
+	}
+	if out, err = runIn(t, h.Conn, "truncate", "--flow", "f", "--until", until); err != nil {
+		t.Fatalf("truncate: %v\n%s", err, out)
+	}
+	after := names()
+	deleted := map[string]bool{}
+	for n := range before {
+		if !after[n] {
+			deleted[n] = true
+		}
+	}
+	if fmt.Sprint(deleted) != fmt.Sprint(would) {
+		t.Errorf("the run deleted\n%v\nthe dry run said it would delete\n%v", deleted, would)
+	}
+	for _, v := range victims {
+		if !after[v] || would[v] {
+			t.Errorf("%s, named by a tampered snapshot.meta, deleted or listed as would delete", v)
+		}
 	}
 }

@@ -21,6 +21,9 @@ type Entry struct {
 	CF      string // "write" or "default"
 	Op      string // "put" or "delete"
 	IsMeta  bool
+	// FlowIDs are the flows that routed the entry, in a layout v2 cycle
+	// (WriteCycleV2); ascending.
+	FlowIDs []uint32
 }
 
 // Cycle describes one flush cycle of one flow to write with WriteCycle.
@@ -39,34 +42,84 @@ type Cycle struct {
 // returns the meta and the meta object's name.
 func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 	t.Helper()
-	if c.Compression == "" {
-		c.Compression = sink.CompressionNone
+	m := sink.Meta{Version: sink.MetaVersion, Flow: c.Flow, FlowID: c.FlowID, StoreID: "sinktest", CycleID: c.CycleID,
+		MinResolvedTS: c.ResolvedTS, Offsets: c.Offsets}
+	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries)
+	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, m.MinTS, c.CycleID)
+	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, c.ResolvedTS, c.CycleID)
+	upload(t, b, m, data, path)
+	return m, path
+}
+
+// CycleV2 describes one layout v2 flush cycle to write with WriteCycleV2:
+// the entries of every flow it serves in one data object, a chunk of
+// entries several flows routed stored once.
+type CycleV2 struct {
+	Prefix, StoreID, CycleID, Group string
+	Compression                     string // default "none"
+	ResolvedTS                      uint64
+	// Flows are the flows the cycle serves; those that Entries name must
+	// be among them.
+	Flows      []sink.MetaFlow
+	Offsets    []sink.OffsetRange
+	Partitions []sink.PartitionState
+	Coverage   []sink.CoverageReport
+	Entries    []Entry // each with its FlowIDs
+}
+
+// WriteCycleV2 stores c as a layout v2 cycle: one data object with a chunk
+// per (table, cf, op, is_meta, flow ids) in first-seen order, then the
+// version 2 meta. It returns the meta and the meta object's name.
+func WriteCycleV2(t testing.TB, b sink.Bucket, c CycleV2) (sink.Meta, string) {
+	t.Helper()
+	m := sink.Meta{Version: sink.MetaVersion2, StoreID: c.StoreID, CycleID: c.CycleID, Group: c.Group, MinResolvedTS: c.ResolvedTS,
+		Flows: c.Flows, Offsets: c.Offsets, Partitions: c.Partitions, Coverage: c.Coverage}
+	if m.StoreID == "" {
+		m.StoreID = "sinktest"
+	}
+	if m.Group == "" {
+		m.Group = "flowlog"
+	}
+	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries)
+	m.DataPath = sink.DataPathV2(c.Prefix, m.StoreID, m.MinTS, c.CycleID)
+	path := sink.MetaPathV2(c.Prefix, m.StoreID, c.ResolvedTS, c.CycleID)
+	upload(t, b, m, data, path)
+	return m, path
+}
+
+// buildChunks writes entries as chunks, one per (table, cf, op, is_meta,
+// flow ids) in first-seen order, into a data object; it sets m's files and
+// ts range and returns the object's bytes.
+func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64, entries []Entry) []byte {
+	t.Helper()
+	if compression == "" {
+		compression = sink.CompressionNone
 	}
 	type group struct {
 		table  int64
 		cf, op string
 		meta   bool
+		flows  string
 	}
 	chunks := map[group][]Entry{}
 	var order []group
-	for _, e := range c.Entries {
-		g := group{e.TableID, e.CF, e.Op, e.IsMeta}
+	for _, e := range entries {
+		g := group{e.TableID, e.CF, e.Op, e.IsMeta, fmt.Sprint(e.FlowIDs)}
 		if _, ok := chunks[g]; !ok {
 			order = append(order, g)
 		}
 		chunks[g] = append(chunks[g], e)
 	}
 	var buf bytes.Buffer
-	w, err := sink.NewObjectWriter(&buf, c.Compression)
+	w, err := sink.NewObjectWriter(&buf, compression)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := sink.Meta{Version: sink.MetaVersion, Flow: c.Flow, FlowID: c.FlowID, StoreID: "sinktest", CycleID: c.CycleID,
-		MinTS: math.MaxUint64, MinResolvedTS: c.ResolvedTS, Offsets: c.Offsets}
+	m.MinTS = math.MaxUint64
 	for _, g := range order {
 		var framed []byte
-		f := sink.FileMeta{Compression: c.Compression, TableID: g.table, CF: g.cf, Op: g.op, IsMeta: g.meta,
-			MinTS: math.MaxUint64, MinBeginTSInDefaultCF: math.MaxUint64, ResolvedTS: c.ResolvedTS}
+		f := sink.FileMeta{Compression: compression, TableID: g.table, CF: g.cf, Op: g.op, IsMeta: g.meta,
+			MinTS: math.MaxUint64, MinBeginTSInDefaultCF: math.MaxUint64, ResolvedTS: resolved, FlowIDs: chunks[g][0].FlowIDs}
 		var minKey, maxKey []byte
 		for _, e := range chunks[g] {
 			_, ts, err := event.SplitDataKey(e.Key)
@@ -103,20 +156,23 @@ func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 	if len(m.Files) == 0 {
 		m.MinTS = 0
 	}
+	return buf.Bytes()
+}
+
+// upload stores a cycle's data object and then its meta.
+func upload(t testing.TB, b sink.Bucket, m sink.Meta, data []byte, path string) {
+	t.Helper()
 	ctx := context.Background()
-	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, m.MinTS, c.CycleID)
-	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: &buf, Size: w.Size(), CRC32C: w.CRC32C()}); err != nil {
+	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: bytes.NewReader(data), Size: int64(len(data)), CRC32C: sink.CRC32C(data)}); err != nil {
 		t.Fatalf("upload %s: %v", m.DataPath, err)
 	}
 	mb, err := sink.EncodeMeta(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, c.ResolvedTS, c.CycleID)
 	if err := b.Upload(ctx, sink.Object{Name: path, Body: bytes.NewReader(mb), Size: int64(len(mb)), CRC32C: sink.CRC32C(mb)}); err != nil {
 		t.Fatalf("upload %s: %v", path, err)
 	}
-	return m, path
 }
 
 // WritePut returns the write-CF entry of a put of row (table, handle)
@@ -144,4 +200,19 @@ func WriteRecord(table, handle int64, commit uint64, w event.Write) Entry {
 // handle) at start ts start.
 func DefaultPut(table, handle int64, start uint64, value []byte) Entry {
 	return Entry{Key: event.AppendDataKey(nil, event.RowKey(table, handle), start), Value: value, TableID: table, CF: "default", Op: "put"}
+}
+
+// WriteCatalog stores c as its catalog object under prefix and returns the
+// object's name.
+func WriteCatalog(t testing.TB, b sink.Bucket, prefix string, c sink.Catalog) string {
+	t.Helper()
+	raw, err := sink.EncodeCatalog(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := sink.CatalogPath(prefix, c.Catalog, c.Name, c.Group, c.FlowID, c.Rev)
+	if err := b.Upload(context.Background(), sink.Object{Name: name, Body: bytes.NewReader(raw), Size: int64(len(raw)), CRC32C: sink.CRC32C(raw)}); err != nil {
+		t.Fatalf("upload %s: %v", name, err)
+	}
+	return name
 }
