@@ -28,6 +28,7 @@ type metrics struct {
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
+	ownerLost       prometheus.Gauge
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -124,11 +125,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "fetch_max_bytes",
 			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
 		}),
+		ownerLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "redis_state_lost",
+			Help: "1 once the consumer stopped because Redis lost the prefix's state (its owner key vanished, e.g. FLUSHALL): nothing is committed until `consumer recover` and a restart.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes, m.ownerLost)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)
