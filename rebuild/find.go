@@ -47,3 +47,5 @@ func isBackupObject(prefix, v2, name string) bool {
 	_, _, ok := sink.SplitFlowPath(prefix, name)
 	return ok
 }
+
+func u32s(v uint32) string { return fmt.Sprint(v) }
