@@ -17,16 +17,18 @@ import (
 
 // recoverConfig is everything `consumer recover` takes.
 type recoverConfig struct {
-	conn     connConfig
-	DryRun   bool
-	Replace  bool
-	Parallel int
+	conn       connConfig
+	DryRun     bool
+	Replace    bool
+	Incomplete bool
+	Parallel   int
 }
 
 func (c *recoverConfig) RegisterFlags(f *flag.FlagSet) {
 	c.conn.RegisterFlags(f)
 	f.BoolVar(&c.DryRun, "dry-run", false, "print the plan, write nothing")
 	f.BoolVar(&c.Replace, "replace-existing", false, "delete every key under --redis-prefix before writing (recover refuses a prefix that holds keys without it)")
+	f.BoolVar(&c.Incomplete, "allow-incomplete", false, "write the plan even when metas hold chunks of flow ids no catalog describes (those flows stay unrestorable)")
 	f.IntVar(&c.Parallel, "parallel", 4, "metas read at once")
 }
 
@@ -69,6 +71,10 @@ func runRecover(ctx context.Context, args []string) error {
 	if cfg.DryRun {
 		fmt.Println("dry run: nothing written")
 		return nil
+	}
+	if len(plan.Uncatalog) > 0 && !cfg.Incomplete {
+		return fmt.Errorf("flow ids %v have chunks in the bucket but no catalog (a layout v1 backup from before catalogs, or a flow created after its last catalog): "+
+			"their definitions and windows exist nowhere else; write the rest anyway with --allow-incomplete, and create those flows again", plan.Uncatalog)
 	}
 	if n > 0 {
 		deleted, err := st.DeletePrefix(ctx)

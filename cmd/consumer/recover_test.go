@@ -17,10 +17,11 @@ import (
 
 // TestRecoverCommand: `consumer recover` refuses a prefix that holds keys
 // (naming --replace-existing) and changes nothing; on the flushed Redis,
-// --dry-run prints the plan and writes nothing; the real run writes the
+// --dry-run prints the plan and writes nothing; a bucket with chunks of a
+// flow no catalog describes is refused (naming --allow-incomplete); the
+// real run writes the
 // plan, owner last, listing the committed metas again and taking the
-// group's Kafka offset where it is past what the metas say; and `consumer
-// run` then starts on it instead of refusing.
+// group's Kafka offset where it is past what the metas say.
 func TestRecoverCommand(t *testing.T) {
 	ctx := context.Background()
 	rd, g, k := testenv.StartRedis(t), testenv.StartGCS(t), testenv.StartKafka(t, 1)
@@ -62,6 +63,15 @@ func TestRecoverCommand(t *testing.T) {
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
 		t.Fatalf("--dry-run wrote %d keys", n)
 	}
+	// Flow 2 has chunks (every cycle is shared with it) but no catalog:
+	// without --allow-incomplete, recover writes nothing.
+	if _, err := capture(t, func() error { return runRecover(ctx, args) }); err == nil || !strings.Contains(err.Error(), "--allow-incomplete") {
+		t.Fatalf("recover with an uncatalogued flow = %v, want a refusal naming --allow-incomplete", err)
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		t.Fatalf("the refused recover wrote %d keys", n)
+	}
+	e.WriteCatalog(t, 2, 1) // flow 2 as a dropped flow
 	if out, err = capture(t, func() error { return runRecover(ctx, args) }); err != nil {
 		t.Fatalf("recover: %v\n%s", err, out)
 	}
