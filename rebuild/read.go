@@ -14,7 +14,7 @@ import (
 )
 
 // maxMetaBytes bounds one meta object read whole (the cap the writers
-// keep far below; docs/FORMAT.md, "Bounds").
+// keep far below; docs/FORMAT.md, "Meta objects").
 const maxMetaBytes = 64 << 20
 
 // MetaInfo is what recovery keeps of one meta in the bucket: no files,
