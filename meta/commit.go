@@ -136,34 +136,10 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		}
 		return func(p redis.Pipeliner) error {
 			for _, pc := range c.Partitions {
-				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
-				if pc.MaxTS > 0 {
-					p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
-				}
-				switch {
-				case pc.HasCheckpoint:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
-				case pc.Idle:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
-				}
-				if pc.Regions != nil {
-					rk := k.Regions(pc.Topic, pc.Partition)
-					p.Del(ctx, rk)
-					if len(pc.Regions) > 0 {
-						vals := make([]any, 0, 2*len(pc.Regions))
-						for r, ts := range pc.Regions {
-							vals = append(vals, u64(r), u64(ts))
-						}
-						p.HSet(ctx, rk, vals...)
-					}
-				}
+				queuePartition(ctx, p, k, pc)
 			}
 			for _, r := range c.Coverage {
-				v := CkptIdle
-				if !r.Idle {
-					v = u64(r.TS)
-				}
-				p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), v)
+				queueReport(ctx, p, k, r)
 			}
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
@@ -178,6 +154,40 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// queuePartition queues what a commit writes for one partition.
+func queuePartition(ctx context.Context, p redis.Pipeliner, k Keys, pc PartitionCommit) {
+	p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
+	if pc.MaxTS > 0 {
+		p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
+	}
+	switch {
+	case pc.HasCheckpoint:
+		p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
+	case pc.Idle:
+		p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
+	}
+	if pc.Regions != nil {
+		rk := k.Regions(pc.Topic, pc.Partition)
+		p.Del(ctx, rk)
+		if len(pc.Regions) > 0 {
+			vals := make([]any, 0, 2*len(pc.Regions))
+			for r, ts := range pc.Regions {
+				vals = append(vals, u64(r), u64(ts))
+			}
+			p.HSet(ctx, rk, vals...)
+		}
+	}
+}
+
+// queueReport queues a coverage report (first report wins).
+func queueReport(ctx context.Context, p redis.Pipeliner, k Keys, r CoverageReport) {
+	v := CkptIdle
+	if !r.Idle {
+		v = u64(r.TS)
+	}
+	p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), v)
 }
 
 // checkLeases reads the owner key (when the store guards it) and every lease

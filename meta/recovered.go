@@ -160,30 +160,10 @@ func (s *Store) WriteRecovered(ctx context.Context, r Recovered) error {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
 			}
 			for _, pc := range r.Partitions {
-				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
-				if pc.MaxTS > 0 {
-					p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
-				}
-				switch {
-				case pc.HasCheckpoint:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
-				case pc.Idle:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
-				}
-				if len(pc.Regions) > 0 {
-					vals := make([]any, 0, 2*len(pc.Regions))
-					for rg, ts := range pc.Regions {
-						vals = append(vals, u64(rg), u64(ts))
-					}
-					p.HSet(ctx, k.Regions(pc.Topic, pc.Partition), vals...)
-				}
+				queuePartition(ctx, p, k, pc)
 			}
 			for _, c := range r.Coverage {
-				v := CkptIdle
-				if !c.Idle {
-					v = u64(c.TS)
-				}
-				p.HSetNX(ctx, k.CoverageParts(c.FlowID), partField(c.Seq, c.Topic, c.Partition), v)
+				queueReport(ctx, p, k, c)
 			}
 			for _, d := range r.DDL {
 				p.Set(ctx, k.DDLOffset(d.Topic, d.Partition), strconv.FormatInt(d.NextOffset, 10), 0)
@@ -221,20 +201,10 @@ func (s *Store) queueRecoveredFlow(ctx context.Context, p redis.Pipeliner, f Rec
 		p.HSet(ctx, k.Coverage(id), vals...)
 	}
 	if len(f.History) > 0 {
-		vals := make([]any, len(f.History))
-		for i, w := range f.History {
-			b, _ := json.Marshal(w)
-			vals[i] = string(b)
-		}
-		p.RPush(ctx, k.CoverageHistory(id), vals...)
+		p.RPush(ctx, k.CoverageHistory(id), jsonArgs(f.History)...)
 	}
 	if len(f.Pending) > 0 {
-		vals := make([]any, len(f.Pending))
-		for i, e := range f.Pending {
-			b, _ := json.Marshal(e)
-			vals[i] = string(b)
-		}
-		p.RPush(ctx, k.CoveragePending(id), vals...)
+		p.RPush(ctx, k.CoveragePending(id), jsonArgs(f.Pending)...)
 		p.SAdd(ctx, k.CoverageFlows(), u32(id))
 	}
 	if f.CoverageSeq > 0 {
@@ -246,4 +216,14 @@ func (s *Store) queueRecoveredFlow(ctx context.Context, p redis.Pipeliner, f Rec
 	for _, sn := range f.Snapshots {
 		p.ZAdd(ctx, k.Snapshots(id), redis.Z{Score: float64(sn.TS), Member: sn.Path})
 	}
+}
+
+// jsonArgs is each of vs as JSON, for a list push.
+func jsonArgs[T any](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		b, _ := json.Marshal(v)
+		out[i] = string(b)
+	}
+	return out
 }
