@@ -183,44 +183,36 @@ func (s *BucketStore) Windows(ctx context.Context, id meta.FlowID) (map[uint32]m
 	return cur, hist, nil
 }
 
-// Pending returns flow id's pending coverage entries, from its catalog.
-func (s *BucketStore) Pending(ctx context.Context, id meta.FlowID) ([]meta.CoverageEntry, error) {
+// PendingAdded implements Store: the tables the pending steps of the
+// flow's catalog add.
+func (s *BucketStore) PendingAdded(ctx context.Context, id meta.FlowID) (map[uint32]bool, error) {
 	c, err := s.mustCatalog(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]meta.CoverageEntry, len(c.Pending))
-	for i, p := range c.Pending {
-		out[i] = meta.CoverageEntry{Seq: p.Seq, Kind: p.Kind, Table: p.Table, Ckpt: p.Ckpt}
+	out := map[uint32]bool{}
+	for _, p := range c.Pending {
+		for _, t := range p.Added {
+			out[t] = true
+		}
 	}
 	return out, nil
 }
 
-// PendingCoverage implements Store: the pending entries of the flows this
-// store has looked up (a catalog is per flow; the bucket has no list of
-// the flows with pending entries).
-func (s *BucketStore) PendingCoverage(ctx context.Context) ([]meta.PendingFlow, error) {
-	s.mu.Lock()
-	ids := make([]meta.FlowID, 0, len(s.names))
-	for id := range s.names {
-		ids = append(ids, id)
+// PendingRemoved implements Store: the tables the pending steps of the
+// flow's catalog remove, each with the smallest checkpoint of those steps.
+func (s *BucketStore) PendingRemoved(ctx context.Context, id meta.FlowID) (map[uint32]uint64, error) {
+	c, err := s.mustCatalog(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	s.mu.Unlock()
-	slices.Sort(ids)
-	var out []meta.PendingFlow
-	for _, id := range ids {
-		c, ok, err := s.catalog(ctx, id)
-		if err != nil {
-			return nil, err
+	out := map[uint32]uint64{}
+	for _, p := range c.Pending {
+		for _, t := range p.Removed {
+			if ck, ok := out[t]; !ok || p.Ckpt < ck {
+				out[t] = p.Ckpt
+			}
 		}
-		if !ok || len(c.Pending) == 0 {
-			continue
-		}
-		pf := meta.PendingFlow{ID: id, Exists: !c.Dropped}
-		for _, p := range c.Pending {
-			pf.Entries = append(pf.Entries, meta.CoverageEntry{Seq: p.Seq, Kind: p.Kind, Table: p.Table, Ckpt: p.Ckpt})
-		}
-		out = append(out, pf)
 	}
 	return out, nil
 }

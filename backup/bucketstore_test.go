@@ -36,9 +36,10 @@ func TestBucketStore(t *testing.T) {
 		Windows: []sink.CatalogWindow{{TableID: 10, Since: base - 1, Until: &until}}})
 	sinktest.WriteCatalog(t, b, "p", sink.Catalog{Version: 1, Group: "flowlog", FlowID: 2, Catalog: "default", Name: "a", Rev: 1, Info: info})
 	sinktest.WriteCatalog(t, b, "p", sink.Catalog{Version: 1, Group: "flowlog", FlowID: 2, Catalog: "default", Name: "a", Rev: 2, Info: info,
-		Windows:     []sink.CatalogWindow{{TableID: 10, Since: base + 2}},
-		History:     []sink.CatalogWindow{{TableID: 10, Since: base - 9, Until: &until}},
-		Pending:     []sink.CatalogPending{{Seq: 3, Kind: "until", Table: 10, Ckpt: base + 4}},
+		Windows: []sink.CatalogWindow{{TableID: 10, Since: base + 2}},
+		History: []sink.CatalogWindow{{TableID: 10, Since: base - 9, Until: &until}},
+		Pending: []sink.CatalogPending{{Seq: 2, Removed: []uint32{10, 11}, Ckpt: base + 4},
+			{Seq: 3, Added: []uint32{12}, Removed: []uint32{11}, Ckpt: base + 5}},
 		CoverageSeq: 3, TruncatedBefore: base + 1,
 		Snapshots: []sink.CatalogSnapshot{{TS: base + 1, Path: sink.SnapshotMetaPath("p", "default", "a", 2, base+1)}}})
 	put(sink.CheckpointPathV2("p", "flowlog"), sink.EncodeCheckpoint(base+6))
@@ -67,11 +68,11 @@ func TestBucketStore(t *testing.T) {
 	if err != nil || w[10].Since != base+2 || w[10].Until != nil || len(hist) != 1 || *hist[0].Until != until {
 		t.Errorf("Windows = %+v, %+v, %v", w, hist, err)
 	}
-	if p, err := s.Pending(ctx, 2); err != nil || len(p) != 1 || p[0].Ckpt != base+4 {
-		t.Errorf("Pending = %+v, %v", p, err)
+	if p, err := s.PendingRemoved(ctx, 2); err != nil || len(p) != 2 || p[10] != base+4 || p[11] != base+4 {
+		t.Errorf("PendingRemoved = %+v, %v; want tables 10 and 11 at the first step's checkpoint", p, err)
 	}
-	if pf, err := s.PendingCoverage(ctx); err != nil || len(pf) != 1 || pf[0].ID != 2 {
-		t.Errorf("PendingCoverage = %+v, %v", pf, err)
+	if p, err := s.PendingAdded(ctx, 2); err != nil || len(p) != 1 || !p[12] {
+		t.Errorf("PendingAdded = %+v, %v; want table 12", p, err)
 	}
 	if sn, err := s.Snapshots(ctx, 2); err != nil || len(sn) != 1 || sn[0].TS != base+1 {
 		t.Errorf("Snapshots = %+v, %v", sn, err)

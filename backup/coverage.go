@@ -15,33 +15,27 @@ import (
 // order; leaving out all of them fails with an *UncoveredError. ckpt is the
 // flow's checkpoint as the ts was checked against it.
 //
-// A table being removed (an until entry pending: the DDL is applied, not
+// A table being removed (a pending step removes it: the DDL is applied, not
 // every apply partition has reported where it stopped routing the table) is
 // restorable from its open window only up to the flow's checkpoint when the
-// DDL was applied, which the entry records: a partition that stopped no
+// DDL was applied, which the step records: a partition that stopped no
 // longer backs the table up while the checkpoint moves on, but everything
 // up to that checkpoint was committed while every partition still routed
-// the table (meta.PendingUntil). Past it, or if the recorded checkpoint is
+// the table (meta.Store.PendingRemoved). Past it, or if the recorded checkpoint is
 // past the flow's own (which only a checkpoint no clock could give moved
-// there), the table is left out until the entry is final.
+// there), the table is left out until the step is final.
 func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts, ckpt uint64, notify func(Event)) (map[int64]sink.TableWindow, error) {
 	cur, hist, err := st.Windows(ctx, f.ID)
 	if err != nil {
 		return nil, err
 	}
-	establishing := map[uint32]bool{}
-	pending, err := st.PendingCoverage(ctx)
+	establishing, err := st.PendingAdded(ctx, f.ID)
 	if err != nil {
 		return nil, err
 	}
-	var removing map[uint32]uint64
-	for _, pf := range pending {
-		if pf.ID == f.ID {
-			for _, e := range pf.Entries {
-				establishing[e.Table] = true
-			}
-			removing = meta.PendingUntil(pf.Entries)
-		}
+	removing, err := st.PendingRemoved(ctx, f.ID)
+	if err != nil {
+		return nil, err
 	}
 	all := map[uint32]bool{}
 	for t := range cur {

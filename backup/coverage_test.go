@@ -223,11 +223,12 @@ func TestRestoreWhileTableRemoved(t *testing.T) {
 	}
 	pending, err := e.Store.PendingCoverage(ctx)
 	if err != nil || len(pending) != 1 || len(pending[0].Entries) != 1 {
-		t.Fatalf("pending coverage %+v, %v; want table 2's until", pending, err)
+		t.Fatalf("pending coverage %+v, %v; want the step removing table 2", pending, err)
 	}
 	seq := pending[0].Entries[0].Seq
 	report := func(l meta.Lease, ts uint64) meta.CoverageReport {
-		return meta.CoverageReport{FlowID: 1, Seq: seq, Topic: topic, Partition: l.Partition, TS: ts}
+		v := meta.CoverageValue{TS: ts}
+		return meta.CoverageReport{FlowID: 1, Seq: seq, Topic: topic, Partition: l.Partition, Since: v, Until: v}
 	}
 	// Partition 0 stopped routing table 2 at 52m and committed up to 60m:
 	// (2,9) changed to "gone" at 55m there, and nothing backed it up.

@@ -127,7 +127,8 @@ func (c *churn) cycle(hold bool) (sink.Meta, string, []sinktest.Entry) {
 		}
 		for _, pf := range pending {
 			for _, en := range pf.Entries {
-				commit.Coverage = append(commit.Coverage, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: "flowlog.apply", TS: c.e.TS(start)})
+				v := meta.CoverageValue{TS: c.e.TS(start)}
+				commit.Coverage = append(commit.Coverage, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: "flowlog.apply", Since: v, Until: v})
 			}
 		}
 	}

@@ -183,11 +183,7 @@ func queuePartition(ctx context.Context, p redis.Pipeliner, k Keys, pc Partition
 
 // queueReport queues a coverage report (first report wins).
 func queueReport(ctx context.Context, p redis.Pipeliner, k Keys, r CoverageReport) {
-	v := CkptIdle
-	if !r.Idle {
-		v = u64(r.TS)
-	}
-	p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), v)
+	p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), r.value())
 }
 
 // checkLeases reads the owner key (when the store guards it) and every lease

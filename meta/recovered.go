@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -36,15 +37,21 @@ type RecoveredFlow struct {
 	Dropped bool
 	Info    FlowInfo
 	Routes  map[uint32]Route
-	// Windows are coverage:<id> (by table), History its history, oldest
-	// first, Pending its pending entries and CoverageSeq their counter.
+	// Windows are coverage:<id> (by table), History the earlier windows
+	// (coverage:<id>:past), oldest first within a table, Pending its
+	// pending steps and CoverageSeq their counter.
 	Windows         map[uint32]Window
 	History         []Window
-	Pending         []CoverageEntry
+	Pending         []PendingStep
 	CoverageSeq     uint64
 	TruncatedBefore uint64
 	Snapshots       []SnapshotRef
 	CheckpointTS    uint64
+	// CatalogRev is the revision of the flow's catalog in the bucket and
+	// DDL where its last DDL was applied: catalog:rev:<id> and
+	// catalog:written:<id>, so that the catalog is not uploaded again.
+	CatalogRev uint64
+	DDL        *DDLPosition
 }
 
 // ErrNotEmpty is returned by WriteRecovered when Redis holds keys under
@@ -132,6 +139,13 @@ func (s *Store) WriteRecovered(ctx context.Context, r Recovered) error {
 	fw := make([]flowWrite, len(r.Flows))
 	for i, f := range r.Flows {
 		if f.Dropped {
+			if f.Info.FlowName != "" {
+				info, err := encodeInfo(f.Info)
+				if err != nil {
+					return fmt.Errorf("flow %d: %w", f.ID, err)
+				}
+				fw[i].info = info
+			}
 			continue
 		}
 		info, err := encodeInfo(f.Info)
@@ -168,6 +182,9 @@ func (s *Store) WriteRecovered(ctx context.Context, r Recovered) error {
 			for _, d := range r.DDL {
 				p.Set(ctx, k.DDLOffset(d.Topic, d.Partition), strconv.FormatInt(d.NextOffset, 10), 0)
 			}
+			// Every flow's catalog is in the bucket at the revision
+			// recovered: nothing to mark dirty on the first start.
+			p.Set(ctx, k.CatalogInit(), "1", 0)
 			p.Set(ctx, k.Owner(), r.Group, 0)
 			return nil
 		}, nil
@@ -192,19 +209,51 @@ func (s *Store) queueRecoveredFlow(ctx context.Context, p redis.Pipeliner, f Rec
 		p.SAdd(ctx, k.Flows(), u32(id))
 		p.HSet(ctx, k.FlowState(id), "status", StatusActive, "checkpoint_ts", u64(f.CheckpointTS))
 	}
+	rev := []any{"rev", u64(f.CatalogRev)}
+	if d := f.DDL; d != nil {
+		rev = append(rev, "ddl_topic", d.Topic, "ddl_partition", i32(d.Partition), "ddl_next", strconv.FormatInt(d.NextOffset, 10))
+	}
+	if f.Dropped {
+		if info != "" {
+			rb, _ := json.Marshal(f.Routes)
+			rev = append(rev, "info", info, "routes", string(rb))
+		}
+		rev = append(rev, "checkpoint_ts", u64(f.CheckpointTS))
+	}
+	p.HSet(ctx, k.CatalogRev(id), rev...)
+	p.Set(ctx, k.CatalogWritten(id), u64(f.CatalogRev), 0)
 	if len(f.Windows) > 0 {
 		vals := make([]any, 0, 2*len(f.Windows))
 		for t, w := range f.Windows {
-			b, _ := json.Marshal(Window{Since: w.Since, Until: w.Until})
-			vals = append(vals, u32(t), string(b))
+			vals = append(vals, u32(t), encodeWindow(w))
 		}
 		p.HSet(ctx, k.Coverage(id), vals...)
 	}
 	if len(f.History) > 0 {
-		p.RPush(ctx, k.CoverageHistory(id), jsonArgs(f.History)...)
+		byTable := map[uint32][]Window{}
+		var order []uint32
+		for _, w := range f.History {
+			if _, ok := byTable[w.TableID]; !ok {
+				order = append(order, w.TableID)
+			}
+			byTable[w.TableID] = append(byTable[w.TableID], w)
+		}
+		vals := make([]any, 0, 2*len(order))
+		for _, t := range order {
+			vals = append(vals, u32(t), encodeHistory(byTable[t]))
+		}
+		p.HSet(ctx, k.CoveragePast(id), vals...)
 	}
-	if len(f.Pending) > 0 {
-		p.RPush(ctx, k.CoveragePending(id), jsonArgs(f.Pending)...)
+	for _, st := range f.Pending {
+		added, removed := slices.Sorted(slices.Values(st.Added)), slices.Sorted(slices.Values(st.Removed))
+		if len(added) > 0 {
+			p.Set(ctx, k.CoverageStep(id, st.Seq, stepAdd), packTables(added), 0)
+		}
+		if len(removed) > 0 {
+			p.Set(ctx, k.CoverageStep(id, st.Seq, stepDel), packTables(removed), 0)
+		}
+		entry, _ := json.Marshal(CoverageEntry{Seq: st.Seq, Added: len(added), Removed: len(removed), Ckpt: st.Ckpt})
+		p.RPush(ctx, k.CoveragePending(id), string(entry))
 		p.SAdd(ctx, k.CoverageFlows(), u32(id))
 	}
 	if f.CoverageSeq > 0 {
@@ -216,14 +265,4 @@ func (s *Store) queueRecoveredFlow(ctx context.Context, p redis.Pipeliner, f Rec
 	for _, sn := range f.Snapshots {
 		p.ZAdd(ctx, k.Snapshots(id), redis.Z{Score: float64(sn.TS), Member: sn.Path})
 	}
-}
-
-// jsonArgs is each of vs as JSON, for a list push.
-func jsonArgs[T any](vs []T) []any {
-	out := make([]any, len(vs))
-	for i, v := range vs {
-		b, _ := json.Marshal(v)
-		out[i] = string(b)
-	}
-	return out
 }

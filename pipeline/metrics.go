@@ -29,6 +29,8 @@ type metrics struct {
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
 	ownerLost       prometheus.Gauge
+	catalogsWritten prometheus.Counter
+	fetchDeferred   prometheus.Counter
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -129,11 +131,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "redis_state_lost",
 			Help: "1 once the consumer stopped because Redis lost the prefix's state (its owner key vanished, e.g. FLUSHALL): nothing is committed until `consumer recover` and a restart.",
 		}),
+		catalogsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "catalogs_written_total",
+			Help: "Flow catalog objects uploaded (layout v2): one per change of a flow's definition, coverage windows, truncation point or snapshots.",
+		}),
+		fetchDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "fetch_batches_deferred_total",
+			Help: "Fetched record batches left in Kafka for the next poll because the poll's batches had decompressed to the fetch share of --max-memory.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes, m.ownerLost)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes,
+			m.fetchDeferred, m.catalogsWritten, m.ownerLost)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

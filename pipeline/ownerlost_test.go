@@ -41,7 +41,7 @@ func testOwnerLost(t *testing.T, ddl bool) {
 		t.Fatal(err)
 	}
 	r.start()
-	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom, nil))
+	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom))
 	defer srv.Close()
 	id := r.createFlow("f", 1)
 	r.produceBatch(putBatch(1, 1, 0, 3, 0))

@@ -21,7 +21,7 @@ func (p *Plan) State() (meta.Recovered, error) {
 		case ok:
 			f.CheckpointTS = ts
 		}
-		if !c.Dropped {
+		if len(c.Info) > 0 && string(c.Info) != "null" && string(c.Info) != "{}" {
 			if err := json.Unmarshal(c.Info, &f.Info); err != nil {
 				return r, fmt.Errorf("catalog of flow %d: info: %w", c.FlowID, err)
 			}
@@ -45,7 +45,11 @@ func (p *Plan) State() (meta.Recovered, error) {
 			f.History = append(f.History, meta.Window{TableID: w.TableID, Since: w.Since, Until: w.Until})
 		}
 		for _, e := range c.Pending {
-			f.Pending = append(f.Pending, meta.CoverageEntry{Seq: e.Seq, Kind: e.Kind, Table: e.Table, Ckpt: e.Ckpt})
+			f.Pending = append(f.Pending, meta.PendingStep{Seq: e.Seq, Added: e.Added, Removed: e.Removed, Ckpt: e.Ckpt})
+		}
+		f.CatalogRev = c.Rev
+		if c.DDL != nil {
+			f.DDL = &meta.DDLPosition{Topic: c.DDL.Topic, Partition: c.DDL.Partition, NextOffset: c.DDL.Next}
 		}
 		for _, sn := range c.Snapshots {
 			f.Snapshots = append(f.Snapshots, meta.SnapshotRef{FlowID: f.ID, TS: sn.TS, Path: sn.Path})
@@ -77,7 +81,8 @@ func (p *Plan) State() (meta.Recovered, error) {
 	}
 	for _, c := range p.Reports {
 		r.Coverage = append(r.Coverage, meta.CoverageReport{FlowID: meta.FlowID(c.FlowID), Seq: c.Seq, Topic: c.Topic,
-			Partition: c.Partition, TS: c.TS, Idle: c.Idle})
+			Partition: c.Partition, Upto: c.Upto,
+			Since: meta.CoverageValue{TS: c.Since.TS, Idle: c.Since.Idle}, Until: meta.CoverageValue{TS: c.Until.TS, Idle: c.Until.Idle}})
 	}
 	for _, d := range p.DDL {
 		r.DDL = append(r.DDL, meta.DDLPosition{Topic: p.DDLTopic, Partition: d.Partition, NextOffset: d.Next})

@@ -350,8 +350,12 @@ func (p *Plan) coverage() {
 			continue
 		}
 		for _, r := range m.Coverage {
-			if pending[[2]uint64{uint64(r.FlowID), r.Seq}] {
-				p.Reports = append(p.Reports, r)
+			// A report counts for steps Seq..Upto (crossed at once).
+			for seq := r.Seq; seq <= max(r.Upto, r.Seq); seq++ {
+				if pending[[2]uint64{uint64(r.FlowID), seq}] {
+					p.Reports = append(p.Reports, r)
+					break
+				}
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package rebuild_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/backup/backuptest"
+	"github.com/flowlog/flowlog/catalog"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/rebuild"
@@ -83,8 +83,10 @@ func (b *backup2) cycle(id string, n0, n1 int64, flows map[uint32][]int64, commi
 	for _, pf := range pending {
 		for _, en := range pf.Entries {
 			for p := range int32(2) {
-				c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: apply, Partition: p, TS: rts})
-				reports = append(reports, sink.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: apply, Partition: p, TS: rts})
+				v := meta.CoverageValue{TS: rts}
+				c.Coverage = append(c.Coverage, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: apply, Partition: p, Since: v, Until: v})
+				sv := sink.CoverageValue{TS: rts}
+				reports = append(reports, sink.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: apply, Partition: p, Since: sv, Until: sv})
 			}
 		}
 	}
@@ -112,52 +114,6 @@ func (b *backup2) cycle(id string, n0, n1 int64, flows map[uint32][]int64, commi
 	b.off[1] += n1
 	b.ckpt = rts
 	return path, entries
-}
-
-// writeCatalog writes flow id's catalog at rev from Redis, as the
-// consumer's catalog writer reads it.
-func (b *backup2) writeCatalog(id meta.FlowID, rev uint64) {
-	t, e := b.t, b.e
-	ctx := context.Background()
-	rdb := e.Store.Client()
-	k := e.Store.Keys()
-	info, _, err := e.Store.FlowInfo(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := sink.Catalog{Version: sink.CatalogVersion, Group: backuptest.Group, FlowID: uint32(id), Catalog: info.CatalogName, Name: info.FlowName, Rev: rev,
-		Routes: map[string]json.RawMessage{}}
-	raw, _ := rdb.Get(ctx, k.FlowInfo(id)).Result()
-	c.Info = json.RawMessage(raw)
-	routes, _ := rdb.HGetAll(ctx, k.FlowRoutes(id)).Result()
-	for p, r := range routes {
-		c.Routes[p] = json.RawMessage(r)
-	}
-	cur, hist, err := e.Store.Windows(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tb := range slices.Sorted(func(yield func(uint32) bool) {
-		for k := range cur {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		w := cur[tb]
-		c.Windows = append(c.Windows, sink.CatalogWindow{TableID: tb, Since: w.Since, Until: w.Until})
-	}
-	for _, w := range hist {
-		c.History = append(c.History, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
-	}
-	seq, _ := rdb.Get(ctx, k.CoverageSeq(id)).Uint64()
-	c.CoverageSeq = seq
-	st, err := e.Store.FlowState(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.CheckpointTS = st.CheckpointTS
-	sinktest.WriteCatalog(t, e.Bucket, e.Prefix, c)
 }
 
 // dump is every key under the prefix with its content, but the leases
@@ -234,8 +190,10 @@ func TestRecoverRebuildsRedis(t *testing.T) {
 		Offsets: []sink.OffsetRange{{Topic: apply, Partition: 0, From: 3, To: 8}}, Entries: zombieEntries})
 	b.crashed, _ = b.cycle("4-x-00", 1, 1, map[uint32][]int64{1: {2}}, false)
 	b.cycle("4-d-00", 2, 2, map[uint32][]int64{1: {1, 2}, 2: {2}}, true)
-	b.writeCatalog(1, 7)
-	b.writeCatalog(2, 3)
+	w := catalog.Writer{Store: e.Store, Bucket: e.Bucket, Prefix: e.Prefix, Group: backuptest.Group}
+	if n, err := w.WriteDirty(ctx); err != nil || n != 2 {
+		t.Fatalf("catalogs written: %d, %v; want 2", n, err)
+	}
 
 	rdb := e.Store.Client()
 	base := e.Store.Keys().Base()
@@ -311,6 +269,13 @@ func TestRecoverRebuildsRedis(t *testing.T) {
 		t.Errorf("flow:seq = %q, want 2", got["flow:seq"])
 	}
 	delete(got, "flow:seq")
+	// catalog:init: every flow's catalog is in the bucket at the revision
+	// recovered, so the first start marks none dirty (no consumer ran in
+	// this test to set it before).
+	if got["catalog:init"] != "1" {
+		t.Errorf("catalog:init = %q, want 1", got["catalog:init"])
+	}
+	delete(got, "catalog:init")
 	delete(got, "offset:"+apply+":1")
 	delete(got, "maxts:"+apply+":1")
 	delete(before, "offset:"+apply+":1")

@@ -72,12 +72,6 @@ type visitError struct{ err error }
 
 func (e *visitError) Error() string { return e.err.Error() }
 
-// metaReadError is a failure to read the object, not a fault of its
-// content.
-type metaReadError struct{ err error }
-
-func (e *metaReadError) Error() string { return e.err.Error() }
-
 // sourceReader records the first error of the object's reader other than
 // io.EOF, so that a failed read is not mistaken for bad content.
 type sourceReader struct {

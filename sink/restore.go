@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/flowlog/flowlog/event"
@@ -230,27 +229,6 @@ func (e *NoDataError) Error() string {
 // maxMetaSize bounds a meta object; a legitimate one lists a cycle's chunks
 // in a few hundred bytes each.
 const maxMetaSize = 64 << 20
-
-// readMeta reads and decodes one meta object.
-func readMeta(ctx context.Context, b Bucket, path string) (Meta, error) {
-	rc, err := b.Get(ctx, path)
-	if err != nil {
-		return Meta{}, fmt.Errorf("read meta: %w", err)
-	}
-	defer rc.Close()
-	raw, err := io.ReadAll(io.LimitReader(rc, maxMetaSize+1))
-	if err != nil {
-		return Meta{}, fmt.Errorf("read meta %s: %w", path, err)
-	}
-	if len(raw) > maxMetaSize {
-		return Meta{}, &badMetaError{path: path, err: fmt.Errorf("larger than %d MiB", maxMetaSize>>20)}
-	}
-	m, err := DecodeMeta(raw)
-	if err != nil {
-		return Meta{}, &badMetaError{path: path, err: err}
-	}
-	return m, nil
-}
 
 // badMetaError is a meta object that exists but does not decode, or does
 // not belong to the flow read.

@@ -65,19 +65,6 @@ func under(name, dir string) bool {
 	return ok && rest != "" && !slices.Contains(strings.Split(rest, "/"), "..")
 }
 
-// readFlowMeta reads a meta object of flow f: it must decode, validate and
-// belong to f. Any problem is a *badMetaError naming the object.
-func readFlowMeta(ctx context.Context, b Bucket, f Flow, path string) (Meta, error) {
-	m, err := readMeta(ctx, b, path)
-	if err != nil {
-		return Meta{}, err
-	}
-	if err := f.check(&m); err != nil {
-		return Meta{}, &badMetaError{path: path, err: fmt.Errorf("refused: %w", err)}
-	}
-	return m, nil
-}
-
 // streamFlowMeta streams meta object path of flow f (see streamMeta),
 // calling file for each file that holds f's entries; it checks that the
 // meta is f's (Flow.check) before the first. header, if not nil, sees the

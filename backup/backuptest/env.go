@@ -280,17 +280,13 @@ func (e *Env) WriteCatalog(t testing.TB, id meta.FlowID, rev uint64) string {
 	for _, w := range hist {
 		c.History = append(c.History, sink.CatalogWindow{TableID: w.TableID, Since: w.Since, Until: w.Until})
 	}
-	pending, err := e.Store.PendingCoverage(ctx)
+	steps, err := e.Store.PendingSteps(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pf := range pending {
-		if pf.ID == id {
-			for _, en := range pf.Entries {
-				c.Pending = append(c.Pending, sink.CatalogPending{Seq: en.Seq, Kind: en.Kind, Table: en.Table, Ckpt: en.Ckpt})
-				c.CoverageSeq = max(c.CoverageSeq, en.Seq)
-			}
-		}
+	for _, st := range steps {
+		c.Pending = append(c.Pending, sink.CatalogPending{Seq: st.Seq, Added: st.Added, Removed: st.Removed, Ckpt: st.Ckpt})
+		c.CoverageSeq = max(c.CoverageSeq, st.Seq)
 	}
 	snaps, err := e.Store.Snapshots(ctx, id)
 	if err != nil {

@@ -73,6 +73,11 @@ func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error
 		fmt.Printf("warning: --grace %v is below %v: a cycle that commits later than that after its upload would lose its objects (see docs/RESTORE.md, \"Retention: truncate and gc\")\n",
 			cfg.Grace, minSafeGrace)
 	}
+	if !cfg.DryRun {
+		if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+			return fmt.Errorf("gc deletes nothing before the catalogs are written: %w", err)
+		}
+	}
 	plan, err := sink.PlanGC(ctx, b, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Group: cfg.conn.Group, Grace: cfg.Grace,
 		Parallel: cfg.mem.streams(cfg.Parallel), Refs: backup.GCRefs(st)})
 	if err != nil {

@@ -19,8 +19,9 @@ import (
 	"github.com/flowlog/flowlog/sink/sinktest"
 )
 
-// TestGCCommand: gc says what it will delete, keeps what is young, listed
-// or a checkpoint, deletes the rest, and writes its metrics.
+// TestGCCommand: gc writes the catalogs of changed flows, says what it will
+// delete, keeps what is young, listed or a checkpoint, deletes the rest,
+// and writes its metrics.
 func TestGCCommand(t *testing.T) {
 	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
 	h := backuptest.NewHistory(t, rd, g, "gc1", 3, 6, 5)
@@ -34,6 +35,12 @@ func TestGCCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "will delete 0 unreferenced objects") || !strings.Contains(out, "keeping 2 unreferenced objects") {
 		t.Fatalf("gc with the default grace: %v, stdout:\n%s", err, out)
 	}
+	// gc wrote the catalog of the flow (dirty since its create) before
+	// planning: the bucket says what the flow is before anything goes.
+	if n := len(h.ObjectNames(t)); n != listed+1 {
+		t.Fatalf("%d objects after gc with the default grace, want %d and the flow's catalog", n, listed)
+	}
+	listed++
 	out, err = runIn(t, h.Conn, "gc", "--grace", "0s", "--dry-run")
 	if err != nil || !strings.Contains(out, "would delete 2 unreferenced objects") || !strings.Contains(out, "would delete "+m.DataPath) ||
 		len(h.ObjectNames(t)) != listed {
@@ -103,7 +110,8 @@ func TestGCSnapshots(t *testing.T) {
 	var reps []meta.CoverageReport
 	for _, pf := range pending {
 		for _, en := range pf.Entries {
-			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: h.Lease.Topic, Partition: h.Lease.Partition, TS: h.Checkpoint})
+			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: h.Lease.Topic, Partition: h.Lease.Partition,
+				Since: meta.CoverageValue{TS: h.Checkpoint}, Until: meta.CoverageValue{TS: h.Checkpoint}})
 		}
 	}
 	if err := h.Store.Commit(ctx, meta.Commit{Leases: []meta.Lease{h.Lease}, Coverage: reps}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -65,16 +66,9 @@ func runSnapshot(ctx context.Context, args []string) error {
 	return err
 }
 
-// snapshotStore is what `consumer snapshot` reads and writes of Redis
-// (*meta.Store).
-type snapshotStore interface {
-	backup.Store
-	backup.SnapshotLister
-}
-
 // snapshot runs a parsed `consumer snapshot`: backup.Snapshot decides what
 // it writes, this prints it and counts it in the metrics.
-func snapshot(ctx context.Context, cfg *snapshotConfig, st snapshotStore, b sink.Bucket) error {
+func snapshot(ctx context.Context, cfg *snapshotConfig, st *meta.Store, b sink.Bucket) error {
 	l, err := flowLookup(cfg.Flow, cfg.FlowID)
 	if err != nil {
 		return err
@@ -117,6 +111,9 @@ func snapshot(ctx context.Context, cfg *snapshotConfig, st snapshotStore, b sink
 	secs := time.Since(start).Seconds()
 	mb := float64(stats.LogBytes) / (1 << 20)
 	fmt.Printf("listed snapshot %s\n", stats.MetaPath)
+	if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
+		return fmt.Errorf("snapshot %s is listed; %w", stats.MetaPath, err)
+	}
 	fmt.Printf("%d tables, %d keys, %d objects, %.1f MiB written; read %.1f MiB of log from %d chunks in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Objects, float64(stats.Bytes)/(1<<20), mb, stats.Chunks, secs, mb/max(secs, 1e-9))
 	if stats.FromSnapshot > 0 {
