@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -86,6 +87,11 @@ type Commit struct {
 // same MULTI, so either all of a cycle is committed or none of it, and its
 // objects stay unreferenced.
 //
+// A store that claimed the prefix (ClaimOwner) also WATCHes the owner key
+// and reads it in the same round trip as the leases: a Redis that lost its
+// state (FLUSHALL) refuses the commit with an *OwnerLostError instead of
+// taking offsets and metas as if the prefix were new.
+//
 // Metas are added even for flows that were dropped meanwhile: a dropped
 // flow's backup stays restorable by id. ZADD of a path already listed only
 // rewrites its score, so a retried commit does not list a meta twice.
@@ -116,15 +122,10 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 	for _, id := range c.Flows {
 		watch = append(watch, k.FlowInfo(id))
 	}
+	watch = s.guardKeys(watch...)
 	err := s.txn(ctx, "commit", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-		for _, l := range c.Leases {
-			member, epoch, err := readLease(ctx, tx, k.Lease(l.Topic, l.Partition))
-			if err != nil {
-				return nil, err
-			}
-			if member != l.Member || epoch != l.Epoch {
-				return nil, &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
-			}
+		if err := s.checkLeases(ctx, tx, c.Leases); err != nil {
+			return nil, err
 		}
 		if err := checkFrom(ctx, tx, k, c.Partitions); err != nil {
 			return nil, err
@@ -135,30 +136,10 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		}
 		return func(p redis.Pipeliner) error {
 			for _, pc := range c.Partitions {
-				p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
-				if pc.MaxTS > 0 {
-					p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
-				}
-				switch {
-				case pc.HasCheckpoint:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
-				case pc.Idle:
-					p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
-				}
-				if pc.Regions != nil {
-					rk := k.Regions(pc.Topic, pc.Partition)
-					p.Del(ctx, rk)
-					if len(pc.Regions) > 0 {
-						vals := make([]any, 0, 2*len(pc.Regions))
-						for r, ts := range pc.Regions {
-							vals = append(vals, u64(r), u64(ts))
-						}
-						p.HSet(ctx, rk, vals...)
-					}
-				}
+				queuePartition(ctx, p, k, pc)
 			}
 			for _, r := range c.Coverage {
-				p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), r.value())
+				queueReport(ctx, p, k, r)
 			}
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
@@ -171,6 +152,75 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 	})
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// queuePartition queues what a commit writes for one partition.
+func queuePartition(ctx context.Context, p redis.Pipeliner, k Keys, pc PartitionCommit) {
+	p.Set(ctx, k.Offset(pc.Topic, pc.Partition), strconv.FormatInt(pc.NextOffset, 10), 0)
+	if pc.MaxTS > 0 {
+		p.Set(ctx, k.MaxTS(pc.Topic, pc.Partition), u64(pc.MaxTS), 0)
+	}
+	switch {
+	case pc.HasCheckpoint:
+		p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), u64(pc.Checkpoint), 0)
+	case pc.Idle:
+		p.Set(ctx, k.Ckpt(pc.Topic, pc.Partition), CkptIdle, 0)
+	}
+	if pc.Regions != nil {
+		rk := k.Regions(pc.Topic, pc.Partition)
+		p.Del(ctx, rk)
+		if len(pc.Regions) > 0 {
+			vals := make([]any, 0, 2*len(pc.Regions))
+			for r, ts := range pc.Regions {
+				vals = append(vals, u64(r), u64(ts))
+			}
+			p.HSet(ctx, rk, vals...)
+		}
+	}
+}
+
+// queueReport queues a coverage report (first report wins).
+func queueReport(ctx context.Context, p redis.Pipeliner, k Keys, r CoverageReport) {
+	p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), r.value())
+}
+
+// checkLeases reads the owner key (when the store guards it) and every lease
+// of leases in one pipelined round trip, and fails with an *OwnerLostError,
+// or a *LeaseLostError for the first lease no longer held as it was taken.
+func (s *Store) checkLeases(ctx context.Context, tx *redis.Tx, leases []Lease) error {
+	var owner *redis.StringCmd
+	cmds := make([]*redis.SliceCmd, len(leases))
+	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if s.owner.Load() != nil {
+			owner = p.Get(ctx, s.keys.Owner())
+		}
+		for i, l := range leases {
+			cmds[i] = p.HMGet(ctx, s.keys.Lease(l.Topic, l.Partition), "member", "epoch")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read leases: %w", err)
+	}
+	if owner != nil {
+		found, err := owner.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("get %s: %w", s.keys.Owner(), err)
+		}
+		if err := s.ownerResult(found); err != nil {
+			return err
+		}
+	}
+	for i, l := range leases {
+		member, epoch, err := leaseFields(s.keys.Lease(l.Topic, l.Partition), cmds[i])
+		if err != nil {
+			return err
+		}
+		if member != l.Member || epoch != l.Epoch {
+			return &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
+		}
 	}
 	return nil
 }

@@ -46,6 +46,10 @@ type Applied struct {
 //   - resume: a fatal flow becomes active with its error cleared; another
 //     flow is unchanged; a missing flow is ErrFlowNotFound.
 //
+// A store that claimed the prefix applies nothing once the owner key no
+// longer names its group (*OwnerLostError): a flushed Redis would hand out
+// flow ids the bucket already holds.
+//
 // created_time and updated_time are set here. An invalid d returns a
 // *ValidationError, and semantic failures their errors, without writing
 // anything: the caller claims the record for the DLQ with ClaimDDLReject,
@@ -59,8 +63,11 @@ func (s *Store) ApplyDDL(ctx context.Context, d DDL, pos DDLPosition) (Applied, 
 	nameKey := k.FlowName(d.Flow.CatalogName, d.Flow.FlowName)
 	now := time.Now().UTC()
 	var res Applied
-	err := s.txn(ctx, "apply_ddl", []string{offKey, nameKey}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+	err := s.txn(ctx, "apply_ddl", s.guardKeys(offKey, nameKey), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 		res = Applied{Op: d.Op, Catalog: d.Flow.CatalogName, Name: d.Flow.FlowName}
+		if err := s.checkOwner(ctx, tx); err != nil {
+			return nil, err
+		}
 		off, ok, err := getOffset(ctx, tx, offKey)
 		if err != nil {
 			return nil, err
@@ -249,7 +256,10 @@ func (s *Store) watchInfo(ctx context.Context, tx *redis.Tx, id FlowID) (FlowInf
 // DDL with ClaimDDLReject instead, so that one instance sends it to the DLQ.
 func (s *Store) AdvanceDDLOffset(ctx context.Context, pos DDLPosition) error {
 	key := s.keys.DDLOffset(pos.Topic, pos.Partition)
-	err := s.txn(ctx, "advance_ddl_offset", []string{key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+	err := s.txn(ctx, "advance_ddl_offset", s.guardKeys(key), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		if err := s.checkOwner(ctx, tx); err != nil {
+			return nil, err
+		}
 		off, ok, err := getOffset(ctx, tx, key)
 		if err != nil {
 			return nil, err

@@ -45,14 +45,29 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // earlier holder's next Commit fails with a *LeaseLostError. Taking a lease
 // never fails because of another holder: the consumer group decides who owns
 // a partition, the lease only fences the previous owner's commits.
+//
+// A store that claimed the prefix (ClaimOwner) takes the lease only while
+// the owner key names its group (*OwnerLostError otherwise), so a consumer
+// of a flushed Redis does not start partitions over from nothing.
 func (s *Store) AcquireLease(ctx context.Context, topic string, partition int32, member string) (Lease, error) {
 	key := s.keys.Lease(topic, partition)
 	var epoch *redis.IntCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	take := func(p redis.Pipeliner) error {
 		epoch = p.HIncrBy(ctx, key, "epoch", 1)
 		p.HSet(ctx, key, "member", member)
 		return nil
-	})
+	}
+	var err error
+	if s.owner.Load() == nil {
+		_, err = s.rdb.TxPipelined(ctx, take)
+	} else {
+		err = s.txn(ctx, "acquire_lease", s.guardKeys(), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+			if err := s.checkOwner(ctx, tx); err != nil {
+				return nil, err
+			}
+			return take, nil
+		})
+	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("acquire lease %s/%d: %w", topic, partition, err)
 	}
@@ -96,7 +111,12 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 
 // readLease reads a lease hash; absent fields read as "" and 0.
 func readLease(ctx context.Context, c redis.Cmdable, key string) (string, int64, error) {
-	vals, err := c.HMGet(ctx, key, "member", "epoch").Result()
+	return leaseFields(key, c.HMGet(ctx, key, "member", "epoch"))
+}
+
+// leaseFields parses the reply of HMGET <lease> member epoch.
+func leaseFields(key string, cmd *redis.SliceCmd) (string, int64, error) {
+	vals, err := cmd.Result()
 	if err != nil {
 		return "", 0, fmt.Errorf("hmget %s: %w", key, err)
 	}

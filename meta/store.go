@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -33,6 +34,9 @@ type Store struct {
 	rdb  redis.UniversalClient
 	keys Keys
 	tx   *txner
+	// owner is the group ClaimOwner recorded; once set, the consumer's
+	// writes check that the owner key still names it (owner.go).
+	owner atomic.Pointer[string]
 }
 
 // NewStore returns a Store on rdb whose keys start with prefix ("" means

@@ -74,6 +74,9 @@ type Consumer struct {
 	// tempFault is the last temp-file write error, until a cycle commits
 	// again (/readyz reports it).
 	tempFault atomic.Pointer[error]
+	// ownerLost is the *meta.OwnerLostError that stopped the consumer for
+	// good: Redis lost the prefix's state (/readyz reports it).
+	ownerLost atomic.Pointer[error]
 
 	// fatal owns the fatal-flow state of every session.
 	fatal *fatal
@@ -123,6 +126,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		err := c.runSession(ctx)
 		switch {
 		case ctx.Err() != nil:
+		case errors.Is(err, meta.ErrOwnerLost):
+			return c.haltOwnerLost(ctx, err)
 		case errors.Is(err, meta.ErrLeaseLost):
 			c.log.Warn("fenced: a partition lease moved to another member; dropping uncommitted state and rejoining", "err", err)
 			if err := cleanTempDir(c.cfg.TempDir); err != nil {
@@ -149,6 +154,42 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		return err
+	}
+}
+
+// haltOwnerLost stops the consumer for good after Redis lost the prefix's
+// state (the owner key is gone or names another group): rejoining would take
+// leases, offsets, flow ids and metas over from nothing while the bucket
+// holds the backup they describe. The session has ended (nothing of its
+// uncommitted cycles was committed); the consumer stays out of the group,
+// logs the cause once, reports it on /readyz and /status, and returns it
+// when ctx ends. The way back is `consumer recover`, then a restart.
+func (c *Consumer) haltOwnerLost(ctx context.Context, err error) error {
+	c.ownerLost.Store(&err)
+	c.m.ownerLost.Set(1)
+	c.log.Error("stopped: Redis lost this prefix's state; nothing more is committed until `consumer recover` rebuilds it and the consumer restarts", "err", err)
+	if cerr := cleanTempDir(c.cfg.TempDir); cerr != nil {
+		c.log.Warn("cleaning the temp dir failed", "temp_dir", c.cfg.TempDir, "err", cerr)
+	}
+	<-ctx.Done()
+	return err
+}
+
+// OwnerLost returns the error that stopped the consumer because Redis lost
+// the prefix's state, or nil.
+func (c *Consumer) OwnerLost() error {
+	if p := c.ownerLost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// noteOwnerLost records err when it says Redis lost the prefix's state, so
+// that the consume loop ends the session with it (a lease taken on
+// assignment runs in a group callback, whose error kgo keeps to itself).
+func (c *Consumer) noteOwnerLost(err error) {
+	if errors.Is(err, meta.ErrOwnerLost) {
+		c.ownerLost.CompareAndSwap(nil, &err)
 	}
 }
 

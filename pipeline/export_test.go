@@ -15,6 +15,8 @@ func (c *Consumer) MetricFlowFatal(flow string) prometheus.Collector {
 // MetricTempWriteErrors exposes temp_write_errors_total to tests.
 func (c *Consumer) MetricTempWriteErrors() prometheus.Collector { return c.m.tempWriteErrors }
 
+func (c *Consumer) MetricRedisStateLost() prometheus.Collector { return c.m.ownerLost }
+
 // MetricLateEvents exposes late_events_total to tests.
 func (c *Consumer) MetricLateEvents() prometheus.Collector { return c.m.lateEvents }
 

@@ -121,12 +121,7 @@ func (r *rig) stop() error {
 
 func (r *rig) createFlow(name string, tables ...uint32) meta.FlowID {
 	r.t.Helper()
-	ddl, _ := json.Marshal(map[string]any{"op": "create", "flow": map[string]any{
-		"catalog_name": "default", "flow_name": name, "source_table_ids": tables,
-		"sink_table_name": map[string]string{"catalog_name": "default", "schema_name": "public", "table_name": name + "_sink"},
-		"flownode_ids":    map[string]uint64{"0": 1},
-	}, "routes": map[string]any{"0": map[string]any{"peer": map[string]any{"id": 1, "addr": "n1:4000"}}}})
-	r.produce(testenv.DDLTopic, name, ddl, "application/json")
+	r.createFlowAsync(name, tables...)
 	var id meta.FlowID
 	r.eventually(10*time.Second, func() bool {
 		got, ok, err := r.store.FlowIDByName(context.Background(), "default", name)
@@ -134,6 +129,18 @@ func (r *rig) createFlow(name string, tables ...uint32) meta.FlowID {
 		return err == nil && ok
 	}, "flow "+name+" created")
 	return id
+}
+
+// createFlowAsync publishes the create DDL of a flow and does not wait for
+// it to be applied.
+func (r *rig) createFlowAsync(name string, tables ...uint32) {
+	r.t.Helper()
+	ddl, _ := json.Marshal(map[string]any{"op": "create", "flow": map[string]any{
+		"catalog_name": "default", "flow_name": name, "source_table_ids": tables,
+		"sink_table_name": map[string]string{"catalog_name": "default", "schema_name": "public", "table_name": name + "_sink"},
+		"flownode_ids":    map[string]uint64{"0": 1},
+	}, "routes": map[string]any{"0": map[string]any{"peer": map[string]any{"id": 1, "addr": "n1:4000"}}}})
+	r.produce(testenv.DDLTopic, name, ddl, "application/json")
 }
 
 func (r *rig) produce(topic, key string, value []byte, contentType string) {

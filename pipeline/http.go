@@ -53,6 +53,10 @@ func Handler(c *Consumer, g prometheus.Gatherer, probes ...Probe) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.OwnerLost(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !c.Ready() {
 			http.Error(w, "not in a consumer group session", http.StatusServiceUnavailable)
 			return

@@ -28,6 +28,7 @@ type metrics struct {
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
+	ownerLost       prometheus.Gauge
 	catalogsWritten prometheus.Counter
 	fetchDeferred   prometheus.Counter
 
@@ -126,6 +127,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "fetch_max_bytes",
 			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
 		}),
+		ownerLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "redis_state_lost",
+			Help: "1 once the consumer stopped because Redis lost the prefix's state (its owner key vanished, e.g. FLUSHALL): nothing is committed until `consumer recover` and a restart.",
+		}),
 		catalogsWritten: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "catalogs_written_total",
 			Help: "Flow catalog objects uploaded (layout v2): one per change of a flow's definition, coverage windows, truncation point or snapshots.",
@@ -139,7 +144,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
 			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes,
-			m.fetchDeferred, m.catalogsWritten)
+			m.fetchDeferred, m.catalogsWritten, m.ownerLost)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

@@ -95,6 +95,9 @@ func (s *session) loop(ctx context.Context) error {
 		if err := s.fl.failure(); err != nil {
 			return err
 		}
+		if err := s.c.OwnerLost(); err != nil {
+			return err
+		}
 		s.mu.Lock()
 		last := s.last
 		s.mu.Unlock()
@@ -168,6 +171,9 @@ func (s *session) catchUpDDL(ctx context.Context) ([]meta.Applied, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, meta.ErrOwnerLost) {
+			return nil, err
 		}
 		s.c.log.Warn("applying flow DDL failed; retrying before routing data", "err", err)
 		select {
@@ -583,6 +589,7 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 	for p, off := range parts {
 		lease, err := c.d.Store.AcquireLease(ctx, c.d.ApplyTopic, p, member)
 		if err != nil {
+			c.noteOwnerLost(err)
 			return nil, fmt.Errorf("lease %s/%d: %w", c.d.ApplyTopic, p, err)
 		}
 		s.fl.ownKafka(p)

@@ -59,7 +59,10 @@ type FlowStatus struct {
 
 // Status is the /status document.
 type Status struct {
-	Running        bool              `json:"running"`
+	Running bool `json:"running"`
+	// Stopped is why the consumer stopped for good while the process
+	// runs: Redis lost the prefix's state (Consumer.OwnerLost).
+	Stopped        string            `json:"stopped,omitempty"`
 	Paused         bool              `json:"fetching_paused"`
 	Partitions     []PartitionStatus `json:"partitions"`
 	Flows          []FlowStatus      `json:"flows"`
@@ -108,6 +111,9 @@ func (c *Consumer) Status() Status {
 	s := c.cur
 	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
 		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
+	if err := c.OwnerLost(); err != nil {
+		st.Stopped = err.Error()
+	}
 	c.mu.Unlock()
 	fatal := c.fatal.ids()
 	flows := c.d.Registry.Flows()

@@ -8,6 +8,7 @@
 //	consumer flows | status
 //	consumer truncate --flow F --until TS
 //	consumer gc [--grace 1h]
+//	consumer recover [--dry-run]
 package main
 
 import (
@@ -35,6 +36,7 @@ commands:
   status    show partitions, lag, temp bytes and the last cycle
   truncate  drop a flow's log before a snapshot: truncate --flow F --until TS [--dry-run]
   gc        delete objects nothing references: gc [--grace 1h] [--dry-run]
+  recover   rebuild Redis from the bucket after Redis lost its state: recover [--dry-run]
 
 Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size: FLOWLOG_FLUSH_SIZE).
 Run "consumer <command> -h" for a command's flags.
@@ -56,6 +58,8 @@ var commands = map[string]func(context.Context, []string) error{
 	"snapshot": runSnapshot,
 	"truncate": runTruncate,
 	"gc":       runGC,
+	// losing Redis (docs/OPERATING.md)
+	"recover": runRecover,
 }
 
 // run runs the command of args and returns the exit code: 0, 1 for a

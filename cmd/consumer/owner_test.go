@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
@@ -43,5 +45,86 @@ func TestRunRefusesPrefixOfAnotherGroup(t *testing.T) {
 	}
 	if got, _ := rdb.Get(ctx, "shared:{flowlog}:owner").Result(); got != "payments" {
 		t.Errorf("owner = %q, want payments", got)
+	}
+}
+
+// TestRunRefusesEmptyRedisOverABackup: `consumer run` on a Redis with no
+// state under its prefix (no owner key) refuses to start when the bucket
+// prefix already holds a backup, a layout v2 tree or a v1 flow directory,
+// with one line naming `consumer recover` and the object it found, and
+// writes nothing to Redis. A bucket prefix that holds no backup (empty, or
+// foreign objects, or a backup under another prefix) starts as before and
+// claims the prefix.
+func TestRunRefusesEmptyRedisOverABackup(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		objects []string
+		found   string // the object the refusal names; "" to start
+	}{
+		{"empty bucket", nil, ""},
+		{"foreign objects and another prefix's backup", []string{"pre/README", "pre/default/f/v2/x", "pre/v2/other/y",
+			"other/v2/meta/00000000000000000100-s-c.meta", "other/default/f/v1/backupmeta/x.meta"}, ""},
+		{"layout v2 meta", []string{"pre/README", "pre/v2/meta/00000000000000000100-s-1-0-ab.meta"}, "pre/v2/meta/00000000000000000100-s-1-0-ab.meta"},
+		{"layout v2 checkpoint alone", []string{"pre/v2/global_checkpoint/g1.ts"}, "pre/v2/global_checkpoint/g1.ts"},
+		{"layout v1 flow", []string{"pre/default/f/v1/backupmeta/00000000000000000100-1-c.meta"}, "pre/default/f/v1/backupmeta/00000000000000000100-1-c.meta"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, g, k := testenv.StartRedis(t), testenv.StartGCS(t), testenv.StartKafka(t, 1)
+			for _, name := range tc.objects {
+				g.CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: testenv.Bucket, Name: name}, Content: []byte("x")})
+			}
+			rdb := r.Client(t)
+			args := []string{"--redis-url", r.URL, "--redis-prefix", "p", "--group", "g1", "--brokers", k.Brokers(),
+				"--gcs-bucket", testenv.Bucket, "--gcs-endpoint", g.Endpoint(), "--gcs-prefix", "pre",
+				"--temp-dir", t.TempDir(), "--http-addr", "", "--log-format", "text", "--ddl-topic", testenv.DDLTopic,
+				"--apply-topic", testenv.ApplyTopic, "--dlq-topic", testenv.DLQTopic}
+			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- runRun(rctx, args) }()
+			if tc.found == "" {
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					if owner, _ := rdb.Get(ctx, "p:{flowlog}:owner").Result(); owner == "g1" {
+						break
+					}
+					select {
+					case err := <-done:
+						t.Fatalf("consumer run ended before claiming the prefix: %v", err)
+					case <-time.After(50 * time.Millisecond):
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("consumer run did not claim the prefix within 30s")
+					}
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("consumer run: %v", err)
+				}
+				return
+			}
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("consumer run did not refuse within 30s")
+			}
+			if err == nil {
+				t.Fatal("consumer run started on an empty Redis over a backup")
+			}
+			msg := err.Error()
+			for _, want := range []string{"consumer recover", tc.found, `"p"`, `"pre"`} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not name %s", msg, want)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error %q is not one line", msg)
+			}
+			if ks, err := rdb.Keys(ctx, "*").Result(); err != nil || len(ks) != 0 {
+				t.Errorf("keys in Redis after the refusal: %v, %v; want none", ks, err)
+			}
+		})
 	}
 }

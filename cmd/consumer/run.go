@@ -25,6 +25,7 @@ import (
 	"github.com/flowlog/flowlog/internal/dlq"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/rebuild"
 	"github.com/flowlog/flowlog/sink"
 	"github.com/flowlog/flowlog/sink/gcs"
 )
@@ -167,7 +168,15 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	defer rdb.Close()
 	store := meta.NewStore(rdb, cfg.conn.Redis.Prefix, reg)
-	if err := claimPrefix(ctx, store, cfg.conn.Redis.Prefix, cfg.conn.Group); err != nil {
+	gcsCfg := cfg.conn.GCS
+	gcsCfg.ChunkSize = cfg.pipe.UploadChunkSize() // upload buffers within --max-memory
+	gb, err := gcs.New(ctx, gcsCfg)
+	if err != nil {
+		return fmt.Errorf("gcs: %w", err)
+	}
+	bucket := sink.WithMetrics(gb, reg)
+	defer bucket.Close()
+	if err := claimPrefix(ctx, store, bucket, cfg.conn); err != nil {
 		return err
 	}
 	registry := meta.NewRegistry(store)
@@ -193,15 +202,6 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return fmt.Errorf("ddl applier: %w", err)
 	}
 	defer applier.Close()
-
-	gcsCfg := cfg.conn.GCS
-	gcsCfg.ChunkSize = cfg.pipe.UploadChunkSize() // upload buffers within --max-memory
-	gb, err := gcs.New(ctx, gcsCfg)
-	if err != nil {
-		return fmt.Errorf("gcs: %w", err)
-	}
-	bucket := sink.WithMetrics(gb, reg)
-	defer bucket.Close()
 
 	if err := registry.Refresh(ctx); err != nil {
 		return fmt.Errorf("load flows from redis: %w", err)
@@ -284,9 +284,29 @@ func runHTTP(ln net.Listener, srv *http.Server, log *slog.Logger, fail context.C
 // claimPrefix records group as the owner of the Redis prefix, or refuses to
 // start when another group owns it (docs/FORMAT.md, "Commit protocol"): two
 // groups under one prefix would both commit offsets and metas of the same
-// partitions.
-func claimPrefix(ctx context.Context, store *meta.Store, prefix, group string) error {
-	err := store.ClaimOwner(ctx, group)
+// partitions. It also refuses an empty Redis (no owner key) over a bucket
+// prefix that already holds a backup: Redis lost its state (or is not the
+// backup's), and starting would take flow ids, offsets and coverage over
+// from nothing; `consumer recover` rebuilds it first (docs/OPERATING.md,
+// "Losing Redis").
+func claimPrefix(ctx context.Context, store *meta.Store, bucket sink.Bucket, c connConfig) error {
+	prefix, group := c.Redis.Prefix, c.Group
+	_, owned, err := store.OwnerOf(ctx)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if !owned {
+		name, err := rebuild.FindBackup(ctx, bucket, c.GCS.Prefix)
+		if err != nil {
+			return fmt.Errorf("gcs: looking for an existing backup: %w", err)
+		}
+		if name != "" {
+			return fmt.Errorf("%w: Redis holds no state under --redis-prefix %q, but the bucket holds a backup under --gcs-prefix %q (%s): "+
+				"run `consumer recover` to rebuild Redis from the bucket, then start again (docs/OPERATING.md, \"Losing Redis\")",
+				errRedisLost, prefix, c.GCS.Prefix, name)
+		}
+	}
+	err = store.ClaimOwner(ctx, group)
 	var oe *meta.OwnerError
 	switch {
 	case errors.As(err, &oe):
@@ -297,3 +317,7 @@ func claimPrefix(ctx context.Context, store *meta.Store, prefix, group string) e
 	}
 	return nil
 }
+
+// errRedisLost starts the refusal of a run whose Redis lost the backup's
+// state.
+var errRedisLost = errors.New("refusing to start")
