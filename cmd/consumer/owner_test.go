@@ -84,9 +84,13 @@ func TestRunRefusesEmptyRedisOverABackup(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- runRun(rctx, args) }()
 			if tc.found == "" {
-				deadline := time.Now().Add(30 * time.Second)
+				deadline := time.Now().Add(60 * time.Second)
+				// Started: it claimed the prefix and took its partition's
+				// lease (canceling earlier could end its start-up with
+				// context.Canceled).
 				for {
-					if owner, _ := rdb.Get(ctx, "p:{flowlog}:owner").Result(); owner == "g1" {
+					owner, _ := rdb.Get(ctx, "p:{flowlog}:owner").Result()
+					if n, _ := rdb.Exists(ctx, "p:{flowlog}:lease:"+testenv.ApplyTopic+":0").Result(); owner == "g1" && n == 1 {
 						break
 					}
 					select {
@@ -95,7 +99,7 @@ func TestRunRefusesEmptyRedisOverABackup(t *testing.T) {
 					case <-time.After(50 * time.Millisecond):
 					}
 					if time.Now().After(deadline) {
-						t.Fatal("consumer run did not claim the prefix within 30s")
+						t.Fatal("consumer run did not claim the prefix and its partition within 60s")
 					}
 				}
 				cancel()
