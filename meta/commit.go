@@ -117,19 +117,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		watch = append(watch, k.FlowInfo(id))
 	}
 	err := s.txn(ctx, "commit", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-		for _, l := range c.Leases {
-			member, epoch, err := readLease(ctx, tx, k.Lease(l.Topic, l.Partition))
-			if err != nil {
-				return nil, err
-			}
-			if member != l.Member || epoch != l.Epoch {
-				return nil, &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
-			}
-		}
-		if err := checkFrom(ctx, tx, k, c.Partitions); err != nil {
-			return nil, err
-		}
-		live, err := existingFlows(ctx, tx, k, c.Flows)
+		live, err := commitReads(ctx, tx, k, &c)
 		if err != nil {
 			return nil, err
 		}
@@ -206,54 +194,6 @@ func (e *OffsetMovedError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) true: the commit is fenced.
 func (e *OffsetMovedError) Is(target error) bool { return target == ErrLeaseLost }
-
-// checkFrom reads the offsets of the partitions with CheckFrom (WATCHed by
-// the caller) and returns an *OffsetMovedError for the first that is
-// neither where its cycle started nor already where it ends.
-func checkFrom(ctx context.Context, tx *redis.Tx, k Keys, parts []PartitionCommit) error {
-	for _, p := range parts {
-		if !p.CheckFrom {
-			continue
-		}
-		off, ok, err := getOffset(ctx, tx, k.Offset(p.Topic, p.Partition))
-		if err != nil {
-			return err
-		}
-		stored := int64(-1)
-		if ok {
-			stored = off
-		}
-		if stored == p.From || ok && off == p.NextOffset {
-			continue
-		}
-		return &OffsetMovedError{Topic: p.Topic, Partition: p.Partition, From: p.From, Stored: stored}
-	}
-	return nil
-}
-
-// existingFlows returns the ids of flows whose flow:info key exists.
-func existingFlows(ctx context.Context, c redis.Cmdable, k Keys, ids []FlowID) ([]FlowID, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.IntCmd, len(ids))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Exists(ctx, k.FlowInfo(id))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("exists flow infos: %w", err)
-	}
-	var live []FlowID
-	for i, cmd := range cmds {
-		if cmd.Val() > 0 {
-			live = append(live, ids[i])
-		}
-	}
-	return live, nil
-}
 
 // Offset returns the committed next offset of an apply partition, and false
 // if none was committed.
