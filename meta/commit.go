@@ -65,8 +65,9 @@ type Commit struct {
 	// partition's lease must be in Leases. A report already made for the
 	// same entry and partition is kept (first wins).
 	Coverage []CoverageReport
-	// LastFlushTS is written as last_flush_ts of every flow of Flows that
-	// still exists (a dropped flow's state is not recreated).
+	// LastFlushTS is written as last_flush_ts (the LastFlush hash) of
+	// every flow of Flows that still exists (a dropped flow's state is not
+	// recreated).
 	LastFlushTS uint64
 	Flows       []FlowID
 }
@@ -155,9 +156,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
 			}
-			for _, id := range live {
-				p.HSet(ctx, k.FlowState(id), "last_flush_ts", u64(c.LastFlushTS))
-			}
+			queueLastFlush(ctx, p, k, live, c.LastFlushTS)
 			return nil
 		}, nil
 	})
