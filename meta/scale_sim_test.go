@@ -22,8 +22,9 @@ import (
 // cycle a registry refresh and the pending coverage after a DDL, one
 // commit (leases, offset compare-and-set, checkpoints, maxts, regions,
 // coverage reports, one meta and last_flush_ts per flow), then the
-// checkpoint advance (finalise coverage, read every partition's
-// checkpoint, advance every flow). Kafka and the bucket are left out: the
+// checkpoint advance (the advance turn; its holder finalises coverage,
+// reads every partition's checkpoint and advances every flow, the others
+// read the global checkpoint). Kafka and the bucket are left out: the
 // partitions' end offsets are "every partition has records", and no
 // object is uploaded.
 
@@ -106,7 +107,7 @@ func (r *simReplica) close() { _ = r.st.Client().Close() }
 // assign takes the leases of the partitions p with p % replicas == id and
 // reads their start position, as a new owner does.
 func (r *simReplica) assign(ctx context.Context) error {
-	member := fmt.Sprintf("replica-%d", r.id)
+	member := r.member()
 	for p := int32(r.id); p < int32(r.shape.Partitions); p += int32(r.shape.Replicas) {
 		l, err := r.st.AcquireLease(ctx, simTopic, p, member)
 		if err != nil {
@@ -194,9 +195,19 @@ func (r *simReplica) commit(ctx context.Context, now time.Time) error {
 }
 
 // advance is the checkpoint advance the pipeline runs after each commit,
-// without the Kafka offsets (every partition has records) and the objects.
-// It returns how many flows' checkpoints moved.
+// without the Kafka offsets (every partition has records) and the objects:
+// the replica holding the advance turn finalises coverage, reads every
+// partition's checkpoint and advances every flow; the others read the
+// global checkpoint. It returns how many flows' checkpoints moved.
 func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
+	turn, err := r.st.TakeAdvanceTurn(ctx, r.member(), time.Second)
+	if err != nil {
+		return 0, err
+	}
+	if !turn {
+		_, _, err := r.st.GlobalCheckpointTS(ctx)
+		return 0, err
+	}
 	if _, err := r.st.FinalizeCoverage(ctx, simTopic, r.all); err != nil {
 		return 0, err
 	}
@@ -221,22 +232,16 @@ func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
 	if !found || global == 0 {
 		return 0, nil
 	}
-	bound := tsoAt(now.Add(time.Minute))
-	moved := 0
-	for _, f := range r.reg.Flows() {
-		ok, err := r.st.AdvanceCheckpointBelow(ctx, f.ID, global, bound)
-		if err != nil {
-			return moved, err
-		}
-		if _, err := r.st.FlowState(ctx, f.ID); err != nil {
-			return moved, err
-		}
-		if ok {
-			moved++
-		}
+	flows := r.reg.Flows()
+	ids := make([]meta.FlowID, len(flows))
+	for i, f := range flows {
+		ids[i] = f.ID
 	}
-	return moved, nil
+	moved, _, err := r.st.AdvanceCheckpoints(ctx, ids, global, tsoAt(now.Add(time.Minute)))
+	return len(moved), err
 }
+
+func (r *simReplica) member() string { return fmt.Sprintf("replica-%d", r.id) }
 
 // run commits once per interval, from a random phase, until stop is set;
 // a cycle that takes longer than the interval delays the next (the ticker

@@ -23,8 +23,22 @@ import (
 // have all dropped out (ckpt CkptIdle) is left out. It moves each flow's
 // checkpoint forward in Redis (never backwards) and writes the flow's
 // global_checkpoint object.
+//
+// Only the replica holding the advance turn (meta.Store.TakeAdvanceTurn,
+// held for advanceTurnTTL) does that work; the others take the global
+// checkpoint Redis holds for their gauges. Its cost is a read of every
+// partition's checkpoint and a transaction over every flow, so done after
+// each commit of each of N replicas it grew with N times the flows, and
+// the replicas' advances made one another retry.
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
+	turn, err := c.d.Store.TakeAdvanceTurn(ctx, c.cfg.StoreID, advanceTurnTTL)
+	if err != nil {
+		return err
+	}
+	if !turn {
+		return f.showCheckpoint(ctx)
+	}
 	topic := c.d.ApplyTopic
 	ends, err := f.s.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
@@ -89,52 +103,87 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	// caps what a version that took any ts left in ckpt:<topic>:<p>.
 	bound := event.MaxTS(time.Now(), c.cfg.MaxClockSkew)
 	global = min(global, bound)
-	// One flow's failing checkpoint object must not hold the others back.
+	flows := c.d.Registry.Flows()
+	ids := make([]meta.FlowID, len(flows))
+	for i, fl := range flows {
+		ids[i] = fl.ID
+	}
+	advanced, ck, err := c.d.Store.AdvanceCheckpoints(ctx, ids, global, bound)
+	if err != nil {
+		return err
+	}
+	ck = max(min(ck, bound), global)
+	f.setCheckpointGauges(flows, ck)
+	return f.writeFlowCheckpoints(ctx, advanced, ck, bound)
+}
+
+// advanceTurnTTL is how long a replica holds the advance turn: the global
+// checkpoint is computed about once per this whatever the number of
+// replicas (after every commit with fewer replicas than commits in it).
+// Each advance may rewrite every flow's checkpoint object, and GCS takes
+// about one write per second to one object.
+const advanceTurnTTL = time.Second
+
+// showCheckpoint sets the checkpoint gauges of every flow to the global
+// checkpoint Redis holds, on a replica whose turn it is not.
+func (f *flusher) showCheckpoint(ctx context.Context) error {
+	ck, ok, err := f.c.d.Store.GlobalCheckpointTS(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	f.setCheckpointGauges(f.c.d.Registry.Flows(), min(ck, event.MaxTS(time.Now(), f.c.cfg.MaxClockSkew)))
+	return nil
+}
+
+// setCheckpointGauges shows ck as the checkpoint of each of flows.
+func (f *flusher) setCheckpointGauges(flows []*meta.Flow, ck uint64) {
+	m := f.c.m
+	now := time.Now()
+	for _, fl := range flows {
+		label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
+		m.checkpointTS.WithLabelValues(label).Set(float64(ck))
+		m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
+		m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
+	}
+}
+
+// writeFlowCheckpoints writes the global_checkpoint object of every flow
+// of ids (the flows whose checkpoint moved), holding ck or the newest
+// global checkpoint in Redis. One flow's failing object must not hold the
+// others back.
+func (f *flusher) writeFlowCheckpoints(ctx context.Context, ids []meta.FlowID, ck, bound uint64) error {
+	c := f.c
 	var errs []error
-	for _, fl := range c.d.Registry.Flows() {
-		if err := f.advanceFlow(ctx, fl, global, bound); err != nil {
-			errs = append(errs, err)
+	for _, id := range ids {
+		fl, ok := c.d.Registry.Flow(id)
+		if !ok {
+			continue
+		}
+		name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group, fl.ID)
+		if err := f.putNewest(ctx, name, ck, bound); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint of %s: %w", flowLabel(fl.Info.CatalogName, fl.Info.FlowName), err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// advanceFlow moves flow fl's checkpoint to global in Redis and in its
-// global_checkpoint object; a stored checkpoint past bound (the clock plus
-// --max-clock-skew) is replaced, never kept or written again.
-func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global, bound uint64) error {
+// putNewest writes want to the checkpoint object name, then re-reads the
+// global checkpoint in Redis and writes again while it is newer (up to 3
+// times; a value past bound, the clock plus --max-clock-skew, is never
+// written). Instances of a group race here and Redis decides who advanced:
+// writing the newest value after our write makes the last write carry the
+// largest checkpoint whichever instance wrote first.
+func (f *flusher) putNewest(ctx context.Context, name string, want, bound uint64) error {
 	c := f.c
-	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-	advanced, err := c.d.Store.AdvanceCheckpointBelow(ctx, fl.ID, global, bound)
-	if err != nil {
-		return fmt.Errorf("advance checkpoint of %s: %w", label, err)
-	}
-	st, err := c.d.Store.FlowState(ctx, fl.ID)
-	if err != nil {
-		return fmt.Errorf("read checkpoint of %s: %w", label, err)
-	}
-	ck := max(min(st.CheckpointTS, bound), global)
-	now := time.Now()
-	c.m.checkpointTS.WithLabelValues(label).Set(float64(ck))
-	c.m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
-	c.m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
-	if !advanced {
-		return nil
-	}
-	name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group, fl.ID)
-	// Instances of a group race here; Redis decides who advanced. Writing
-	// the newest Redis value (re-read after our write) makes the last write
-	// carry the largest checkpoint whichever instance wrote first.
-	want := ck // the newest value known, ours or another instance's
 	for range 3 {
 		if err := putCheckpoint(ctx, c.d.Bucket, name, want); err != nil {
 			return err
 		}
-		st, err := c.d.Store.FlowState(ctx, fl.ID)
-		if err != nil || min(st.CheckpointTS, bound) <= want {
+		cur, ok, err := c.d.Store.GlobalCheckpointTS(ctx)
+		if err != nil || !ok || min(cur, bound) <= want {
 			return err
 		}
-		want = min(st.CheckpointTS, bound)
+		want = min(cur, bound)
 	}
 	return nil
 }
