@@ -3,6 +3,7 @@ package meta_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -55,10 +56,14 @@ type simReplica struct {
 	parts []simPart
 	all   []int32 // every partition: the "partitions with records"
 	seq   int     // cycles
-	ddls  uint64  // the DDL generation the registry last loaded; dirty at first, as after an assignment
+	ddls  uint64  // the DDL generation the registry last loaded
+	// covDirty: pending coverage may await reports (after an assignment,
+	// and after each DDL).
+	covDirty bool
 	// reports waiting for the next commit, and the entries reported.
 	reports   []meta.CoverageReport
 	reported  map[[2]uint64]bool
+	pending   *meta.Commit // a commit that failed, to try again
 	committed atomic.Int64
 }
 
@@ -95,7 +100,7 @@ func newSimReplica(addr string, id int, shape simShape, reg prometheus.Registere
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"replica": strconv.Itoa(id)}, reg)
 	st := meta.NewStore(rdb, "", wrapped)
-	r := &simReplica{id: id, shape: shape, st: st, reg: meta.NewRegistry(st), reported: map[[2]uint64]bool{}, ddls: ^uint64(0)}
+	r := &simReplica{id: id, shape: shape, st: st, reg: meta.NewRegistry(st), reported: map[[2]uint64]bool{}, covDirty: true}
 	for p := range int32(shape.Partitions) {
 		r.all = append(r.all, p)
 	}
@@ -131,14 +136,19 @@ func (r *simReplica) assign(ctx context.Context) error {
 	return r.reg.Refresh(ctx)
 }
 
-// observe reloads the registry after a DDL and values the pending coverage
-// entries for every owned partition: the reports ride in the next commit.
+// observe reloads the registry after a DDL, as the DDL applier of every
+// replica does, and values the pending coverage entries for every owned
+// partition after an assignment or a DDL: the reports ride in the next
+// commit.
 func (r *simReplica) observe(ctx context.Context, ddls uint64, now time.Time) error {
-	if ddls == r.ddls {
-		return nil
+	if ddls != r.ddls {
+		if err := r.reg.Refresh(ctx); err != nil {
+			return err
+		}
+		r.ddls, r.covDirty = ddls, true
 	}
-	if err := r.reg.Refresh(ctx); err != nil {
-		return err
+	if !r.covDirty {
+		return nil
 	}
 	pending, err := r.st.PendingCoverage(ctx)
 	if err != nil {
@@ -157,16 +167,35 @@ func (r *simReplica) observe(ctx context.Context, ddls uint64, now time.Time) er
 			}
 		}
 	}
-	r.ddls = ddls
+	r.covDirty = false
 	return nil
 }
 
 // commit is one cycle's commit: every owned partition moved by 100 records
-// with a checkpoint a little behind now, one meta per flow.
+// with a checkpoint a little behind now, one meta per flow. A commit that
+// failed without being fenced is tried again as it was, as the flusher
+// retries a cycle.
 func (r *simReplica) commit(ctx context.Context, now time.Time) error {
+	if r.pending == nil {
+		r.pending = r.build(now)
+		r.reports = nil
+	}
+	if err := r.st.Commit(ctx, *r.pending); err != nil {
+		return err
+	}
+	for i := range r.parts {
+		r.parts[i].stored = r.pending.Partitions[i].NextOffset
+	}
+	r.pending = nil
+	r.committed.Add(1)
+	return nil
+}
+
+// build is the next cycle's commit.
+func (r *simReplica) build(now time.Time) *meta.Commit {
 	r.seq++
 	ck := tsoAt(now.Add(-300 * time.Millisecond))
-	c := meta.Commit{LastFlushTS: tsoAt(now), Coverage: r.reports}
+	c := &meta.Commit{LastFlushTS: tsoAt(now), Coverage: r.reports}
 	for _, p := range r.parts {
 		regions := make(map[uint64]uint64, r.shape.Regions)
 		for j := range r.shape.Regions {
@@ -183,15 +212,7 @@ func (r *simReplica) commit(ctx context.Context, now time.Time) error {
 			Path: fmt.Sprintf("bench/%s/%s/v1/backupmeta/%020d-%d-%s.meta", f.Info.CatalogName, f.Info.FlowName, ck, f.ID, cycleID)})
 		c.Flows = append(c.Flows, f.ID)
 	}
-	if err := r.st.Commit(ctx, c); err != nil {
-		return err
-	}
-	for i := range r.parts {
-		r.parts[i].stored = c.Partitions[i].NextOffset
-	}
-	r.reports = nil
-	r.committed.Add(1)
-	return nil
+	return c
 }
 
 // advance is the checkpoint advance the pipeline runs after each commit,
@@ -246,8 +267,9 @@ func (r *simReplica) member() string { return fmt.Sprintf("replica-%d", r.id) }
 // run commits once per interval, from a random phase, until stop is set;
 // a cycle that takes longer than the interval delays the next (the ticker
 // drops what it missed), so commits fall short of the offered rate. Only
-// cycles that start while rec is set are recorded. A failed cycle ends the
-// replica, as a fenced or failing session would.
+// cycles that start while rec is set are recorded, and every error. A
+// fenced commit ends the replica, as it ends a session; any other failure
+// is tried again on the next tick.
 func (r *simReplica) run(ctx context.Context, phase time.Duration, rec, stop *atomic.Bool, ddls *atomic.Uint64, out *simStats) {
 	select {
 	case <-ctx.Done():
@@ -263,8 +285,9 @@ func (r *simReplica) run(ctx context.Context, phase time.Duration, rec, stop *at
 		var commit, adv time.Duration
 		moved := 0
 		if err == nil {
+			t := time.Now()
 			err = r.commit(ctx, start)
-			commit = time.Since(start)
+			commit = time.Since(t)
 		}
 		if err == nil {
 			t := time.Now()
@@ -274,7 +297,7 @@ func (r *simReplica) run(ctx context.Context, phase time.Duration, rec, stop *at
 		if recorded || err != nil {
 			out.add(commit, adv, time.Since(start), moved, err)
 		}
-		if err != nil {
+		if errors.Is(err, meta.ErrLeaseLost) {
 			return
 		}
 		select {

@@ -16,18 +16,18 @@ import (
 
 // redisSample is what INFO says of the server's work so far.
 type redisSample struct {
-	cpu      float64          // used_cpu_user + used_cpu_sys, seconds
-	calls    map[string]int64 // commandstats calls, by command
-	in, out  int64            // total_net_input_bytes, total_net_output_bytes
-	machine  float64          // busy CPU seconds of the whole machine (/proc/stat)
-	self     float64          // this process's CPU seconds (getrusage)
-	sampled  time.Time
-	usedMem  int64
-	keyspace string
+	cpu     float64            // used_cpu_user + used_cpu_sys, seconds
+	calls   map[string]int64   // commandstats calls, by command
+	in, out int64              // total_net_input_bytes, total_net_output_bytes
+	machine float64            // busy CPU seconds of the whole machine (/proc/stat)
+	self    float64            // this process's CPU seconds (getrusage)
+	retries map[string]float64 // flowlog_redis_txn_retries_total by op
+	sampled time.Time
 }
 
-func sampleRedis(ctx context.Context, rdb *redis.Client) (redisSample, error) {
-	s := redisSample{calls: map[string]int64{}, sampled: time.Now()}
+// sampleRedis reads the server's counters and the replicas' retries.
+func sampleRedis(ctx context.Context, rdb *redis.Client, reg prometheus.Gatherer) (redisSample, error) {
+	s := redisSample{calls: map[string]int64{}, retries: map[string]float64{}, sampled: time.Now()}
 	raw, err := rdb.Info(ctx, "cpu", "commandstats", "stats", "memory").Result()
 	if err != nil {
 		return s, fmt.Errorf("info: %w", err)
@@ -45,11 +45,25 @@ func sampleRedis(ctx context.Context, rdb *redis.Client) (redisSample, error) {
 			s.in, _ = strconv.ParseInt(v, 10, 64)
 		case k == "total_net_output_bytes":
 			s.out, _ = strconv.ParseInt(v, 10, 64)
-		case k == "used_memory":
-			s.usedMem, _ = strconv.ParseInt(v, 10, 64)
 		case strings.HasPrefix(k, "cmdstat_"):
 			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 			s.calls[strings.TrimPrefix(k, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return s, fmt.Errorf("gather: %w", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flowlog_redis_txn_retries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" {
+					s.retries[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
 		}
 	}
 	s.machine = machineBusy()
@@ -109,7 +123,7 @@ func (r simResult) offered() float64 {
 
 func (r simResult) achieved() float64 { return float64(r.commits) / r.window.Seconds() }
 
-func newSimResult(shape simShape, st *simStats, a, b redisSample, reg *prometheus.Registry) simResult {
+func newSimResult(shape simShape, st *simStats, a, b redisSample) simResult {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	r := simResult{shape: shape, window: b.sampled.Sub(a.sampled), commits: st.commits, errs: st.errs,
@@ -144,17 +158,9 @@ func newSimResult(shape simShape, st *simStats, a, b redisSample, reg *prometheu
 	r.inPerCommit = float64(b.in-a.in) / n
 	r.outPerCommit = float64(b.out-a.out) / n
 	r.retries = map[string]float64{}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "flowlog_redis_txn_retries_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" {
-					r.retries[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
+	for op, v := range b.retries {
+		if d := v - a.retries[op]; d > 0 {
+			r.retries[op] = d
 		}
 	}
 	return r

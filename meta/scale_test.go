@@ -124,18 +124,22 @@ func measure(t *testing.T, shape simShape) simResult {
 			if pending, err := sim.admin.PendingCoverage(ctx); err != nil || len(pending) > 0 {
 				return false
 			}
-			if a, err = sampleRedis(ctx, info); err != nil {
+			if a, err = sampleRedis(ctx, info, sim.reg); err != nil {
 				t.Error(err)
 				return true
 			}
 			sim.rec.Store(true)
 		}
-		return now.After(a.sampled.Add(*scaleDuration))
+		if now.Before(a.sampled.Add(*scaleDuration)) {
+			return false
+		}
+		if b, err = sampleRedis(ctx, info, sim.reg); err != nil {
+			t.Error(err)
+		}
+		sim.rec.Store(false) // cycles starting from now on are not counted
+		return true
 	})
-	if b, err = sampleRedis(ctx, info); err != nil {
-		t.Fatal(err)
-	}
-	return newSimResult(shape, &sim.stats, a, b, sim.reg)
+	return newSimResult(shape, &sim.stats, a, b)
 }
 
 // failed reports whether a replica ended on an error.
