@@ -161,9 +161,10 @@ func (r *simReplica) observe(ctx context.Context, ddls uint64, now time.Time) er
 				continue
 			}
 			r.reported[key] = true
+			v := meta.CoverageValue{TS: tsoAt(now.Add(-time.Second))}
 			for _, p := range r.parts {
 				r.reports = append(r.reports, meta.CoverageReport{FlowID: pf.ID, Seq: e.Seq,
-					Topic: simTopic, Partition: p.lease.Partition, TS: tsoAt(now.Add(-time.Second))})
+					Topic: simTopic, Partition: p.lease.Partition, Since: v, Until: v})
 			}
 		}
 	}

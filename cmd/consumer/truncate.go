@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -98,6 +99,9 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	done, err := plan.Commit(ctx, st)
 	if err != nil {
 		return explainTruncate(err, &cfg.Until)
+	}
+	if done.Removed.HistoryErr != nil {
+		fmt.Fprintf(os.Stderr, "pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
 	}
 	fmt.Printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Removed.Metas), len(done.Removed.Snapshots), objectsSummary(done.Objects, plan.Tables()))
