@@ -65,6 +65,10 @@ type simReplica struct {
 	reported  map[[2]uint64]bool
 	pending   *meta.Commit // a commit that failed, to try again
 	committed atomic.Int64
+	// finErrs counts the coverage finalisations that failed (the advance
+	// goes on, as the pipeline's does), lastFinErr holds the last error.
+	finErrs    atomic.Int64
+	lastFinErr atomic.Value
 }
 
 // simStats collects what every replica measured.
@@ -218,7 +222,8 @@ func (r *simReplica) build(now time.Time) *meta.Commit {
 
 // advance is the checkpoint advance the pipeline runs after each commit,
 // without the Kafka offsets (every partition has records) and the objects:
-// the replica holding the advance turn finalises coverage, reads every
+// the replica holding the advance turn finalises coverage (a failure is
+// counted and the advance goes on, as in the pipeline), reads every
 // partition's checkpoint and advances every flow; the others read the
 // global checkpoint. It returns how many flows' checkpoints moved.
 func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
@@ -231,7 +236,9 @@ func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
 		return 0, err
 	}
 	if _, err := r.st.FinalizeCoverage(ctx, simTopic, r.all); err != nil {
-		return 0, err
+		// As in the pipeline: logged, and tried again on the next turn.
+		r.finErrs.Add(1)
+		r.lastFinErr.Store(err)
 	}
 	cks, idle, err := r.st.PartitionCheckpoints(ctx, simTopic, r.all)
 	if err != nil {

@@ -114,6 +114,8 @@ type simResult struct {
 	outPerCommit       float64
 	topCmds            string
 	errs               []error
+	finErrs            int64 // failed coverage finalisations, the whole run
+	finErr             error // the last of them
 	flowsMovedPerCycle float64
 }
 
@@ -167,17 +169,18 @@ func newSimResult(shape simShape, st *simStats, a, b redisSample) simResult {
 }
 
 // simHeader and row are the table of docs/SIZING.md, "Replicas and Redis".
-const simHeader = "| replicas | flows | offered/s | commits/s | commit p50 | commit p99 | advance p50 | advance p99 | WATCH retries/commit | Redis CPU | machine CPU | cmds/commit | bytes in/out per commit |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const simHeader = "| replicas | flows | offered/s | commits/s | commit p50 | commit p99 | advance p50 | advance p99 | WATCH retries/commit | Redis CPU | Redis CPU/commit | machine CPU | cmds/commit | bytes in/out per commit |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r simResult) row() string {
 	var retries float64
 	for _, v := range r.retries {
 		retries += v
 	}
-	return fmt.Sprintf("| %d | %d | %.0f | %.1f | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.0f | %.0f / %.0f |",
+	perCommit := time.Duration(r.redisCores / max(r.achieved(), 1e-9) * float64(time.Second))
+	return fmt.Sprintf("| %d | %d | %.0f | %.1f | %s | %s | %s | %s | %.2f | %.2f | %s | %.2f | %.0f | %.0f / %.0f |",
 		r.shape.Replicas, r.shape.Flows, r.offered(), r.achieved(), ms(r.commitP50), ms(r.p99), ms(r.advP50), ms(r.advP99),
-		retries/float64(max(r.commits, 1)), r.redisCores, r.machineCores, r.cmdsPerCommit, r.inPerCommit, r.outPerCommit)
+		retries/float64(max(r.commits, 1)), r.redisCores, ms(perCommit), r.machineCores, r.cmdsPerCommit, r.inPerCommit, r.outPerCommit)
 }
 
 func ms(d time.Duration) string {

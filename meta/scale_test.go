@@ -139,7 +139,14 @@ func measure(t *testing.T, shape simShape) simResult {
 		sim.rec.Store(false) // cycles starting from now on are not counted
 		return true
 	})
-	return newSimResult(shape, &sim.stats, a, b)
+	res := newSimResult(shape, &sim.stats, a, b)
+	for _, rep := range sim.replicas {
+		res.finErrs += rep.finErrs.Load()
+		if err, ok := rep.lastFinErr.Load().(error); ok {
+			res.finErr = err
+		}
+	}
+	return res
 }
 
 // failed reports whether a replica ended on an error.
@@ -181,8 +188,11 @@ func TestReplicaScale(t *testing.T) {
 				})
 				row := res.row()
 				rows = append(rows, row)
-				t.Logf("%s\n  self %.2f cores, advance moved %.2f flows/cycle, retries %v, errors %d, top: %s, load %s",
-					row, res.selfCores, res.flowsMovedPerCycle, res.retries, len(res.errs), res.topCmds, loadAvg())
+				t.Logf("%s\n  self %.2f cores, advance moved %.2f flows/cycle, retries %v, errors %d, failed finalisations %d, top: %s, load %s",
+					row, res.selfCores, res.flowsMovedPerCycle, res.retries, len(res.errs), res.finErrs, res.topCmds, loadAvg())
+				if res.finErr != nil {
+					t.Logf("  last failed finalisation: %v", res.finErr)
+				}
 				for _, err := range res.errs[:min(3, len(res.errs))] {
 					t.Logf("  error: %v", err)
 				}
