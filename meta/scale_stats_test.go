@@ -168,7 +168,8 @@ func newSimResult(shape simShape, st *simStats, a, b redisSample) simResult {
 	return r
 }
 
-// simHeader and row are the table of docs/SIZING.md, "Replicas and Redis".
+// simHeader and row are one run of a point, the rows that the table of
+// docs/SIZING.md, "Replicas and Redis", gives as ranges over runs.
 const simHeader = "| replicas | flows | offered/s | commits/s | commit p50 | commit p99 | advance p50 | advance p99 | WATCH retries/commit | Redis CPU | Redis CPU/commit | machine CPU | cmds/commit | bytes in/out per commit |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
