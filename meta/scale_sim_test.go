@@ -23,9 +23,9 @@ import (
 // cycle a registry refresh and the pending coverage after a DDL, one
 // commit (leases, offset compare-and-set, checkpoints, maxts, regions,
 // coverage reports, one meta and last_flush_ts per flow), then the
-// checkpoint advance (the advance turn; its holder finalises coverage,
-// reads every partition's checkpoint and advances every flow, the others
-// read the global checkpoint). Kafka and the bucket are left out: the
+// checkpoint advance (the advance turn; its holder reads every
+// partition's checkpoint, finalises coverage and advances every flow, the
+// others read the global checkpoint). Kafka and the bucket are left out: the
 // partitions' end offsets are "every partition has records", and no
 // object is uploaded.
 
@@ -221,11 +221,12 @@ func (r *simReplica) build(now time.Time) *meta.Commit {
 }
 
 // advance is the checkpoint advance the pipeline runs after each commit,
-// without the Kafka offsets (every partition has records) and the objects:
-// the replica holding the advance turn finalises coverage (a failure is
-// counted and the advance goes on, as in the pipeline), reads every
-// partition's checkpoint and advances every flow; the others read the
-// global checkpoint. It returns how many flows' checkpoints moved.
+// in its order, without the Kafka offsets (every partition has records)
+// and the objects: the replica holding the advance turn reads every
+// partition's checkpoint, finalises coverage and advances every flow; the
+// others read the global checkpoint. A failed finalisation is counted and
+// nothing advances, as in the pipeline, until the next turn. It returns
+// how many flows' checkpoints moved.
 func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
 	turn, err := r.st.TakeAdvanceTurn(ctx, r.member(), time.Second)
 	if err != nil {
@@ -235,30 +236,31 @@ func (r *simReplica) advance(ctx context.Context, now time.Time) (int, error) {
 		_, _, err := r.st.GlobalCheckpointTS(ctx)
 		return 0, err
 	}
-	if _, err := r.st.FinalizeCoverage(ctx, simTopic, r.all); err != nil {
-		// As in the pipeline: logged, and tried again on the next turn.
-		r.finErrs.Add(1)
-		r.lastFinErr.Store(err)
-	}
 	cks, idle, err := r.st.PartitionCheckpoints(ctx, simTopic, r.all)
 	if err != nil {
 		return 0, err
 	}
 	var global uint64
-	found := false
+	found, held := false, false
 	for _, p := range r.all {
 		if idle[p] {
 			continue
 		}
 		ck, ok := cks[p]
 		if !ok {
-			return 0, nil
+			held = true
+			break
 		}
 		if !found || ck < global {
 			global, found = ck, true
 		}
 	}
-	if !found || global == 0 {
+	if _, err := r.st.FinalizeCoverage(ctx, simTopic, r.all); err != nil {
+		r.finErrs.Add(1)
+		r.lastFinErr.Store(err)
+		return 0, nil
+	}
+	if held || !found || global == 0 {
 		return 0, nil
 	}
 	flows := r.reg.Flows()

@@ -38,7 +38,7 @@ var runSections = []flagSection{
 	{title: "Redis", prefixes: []string{"redis-"}},
 	{title: "GCS", prefixes: []string{"gcs-"}},
 	{title: "Pipeline", names: []string{"temp-dir", "region-ttl", "start-offset", "store-id", "compression",
-		"upload-parallelism", "fatal-after", "retry-backoff", "shutdown-timeout"},
+		"upload-parallelism", "fatal-after", "retry-backoff", "shutdown-timeout", "layout"},
 		prefixes: []string{"flush-", "max-"}},
 	{title: "HTTP and logs", names: []string{"http-addr", "log-format", "redact-logs", "stall-timeout"}, prefixes: []string{"admin-"}},
 }
