@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -66,8 +65,9 @@ type Commit struct {
 	// partition's lease must be in Leases. A report already made for the
 	// same entry and partition is kept (first wins).
 	Coverage []CoverageReport
-	// LastFlushTS is written as last_flush_ts of every flow of Flows that
-	// still exists (a dropped flow's state is not recreated).
+	// LastFlushTS is written as last_flush_ts (the LastFlush hash) of
+	// every flow of Flows that still exists (a dropped flow's state is not
+	// recreated).
 	LastFlushTS uint64
 	Flows       []FlowID
 }
@@ -124,13 +124,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 	}
 	watch = s.guardKeys(watch...)
 	err := s.txn(ctx, "commit", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-		if err := s.checkLeases(ctx, tx, c.Leases); err != nil {
-			return nil, err
-		}
-		if err := checkFrom(ctx, tx, k, c.Partitions); err != nil {
-			return nil, err
-		}
-		live, err := existingFlows(ctx, tx, k, c.Flows)
+		live, err := s.commitReads(ctx, tx, &c)
 		if err != nil {
 			return nil, err
 		}
@@ -144,9 +138,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})
 			}
-			for _, id := range live {
-				p.HSet(ctx, k.FlowState(id), "last_flush_ts", u64(c.LastFlushTS))
-			}
+			queueLastFlush(ctx, p, k, live, c.LastFlushTS)
 			return nil
 		}, nil
 	})
@@ -186,45 +178,6 @@ func queueReport(ctx context.Context, p redis.Pipeliner, k Keys, r CoverageRepor
 	p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), r.value())
 }
 
-// checkLeases reads the owner key (when the store guards it) and every lease
-// of leases in one pipelined round trip, and fails with an *OwnerLostError,
-// or a *LeaseLostError for the first lease no longer held as it was taken.
-func (s *Store) checkLeases(ctx context.Context, tx *redis.Tx, leases []Lease) error {
-	var owner *redis.StringCmd
-	cmds := make([]*redis.SliceCmd, len(leases))
-	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if s.owner.Load() != nil {
-			owner = p.Get(ctx, s.keys.Owner())
-		}
-		for i, l := range leases {
-			cmds[i] = p.HMGet(ctx, s.keys.Lease(l.Topic, l.Partition), "member", "epoch")
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read leases: %w", err)
-	}
-	if owner != nil {
-		found, err := owner.Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("get %s: %w", s.keys.Owner(), err)
-		}
-		if err := s.ownerResult(found); err != nil {
-			return err
-		}
-	}
-	for i, l := range leases {
-		member, epoch, err := leaseFields(s.keys.Lease(l.Topic, l.Partition), cmds[i])
-		if err != nil {
-			return err
-		}
-		if member != l.Member || epoch != l.Epoch {
-			return &LeaseLostError{Lease: l, HolderMember: member, HolderEpoch: epoch}
-		}
-	}
-	return nil
-}
-
 // OffsetMovedError reports a commit refused because a partition's stored
 // offset is not where the cycle started: Redis lost acknowledged writes (an
 // unsynced AOF tail, a failover to a lagging replica) or someone else wrote
@@ -252,54 +205,6 @@ func (e *OffsetMovedError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) true: the commit is fenced.
 func (e *OffsetMovedError) Is(target error) bool { return target == ErrLeaseLost }
-
-// checkFrom reads the offsets of the partitions with CheckFrom (WATCHed by
-// the caller) and returns an *OffsetMovedError for the first that is
-// neither where its cycle started nor already where it ends.
-func checkFrom(ctx context.Context, tx *redis.Tx, k Keys, parts []PartitionCommit) error {
-	for _, p := range parts {
-		if !p.CheckFrom {
-			continue
-		}
-		off, ok, err := getOffset(ctx, tx, k.Offset(p.Topic, p.Partition))
-		if err != nil {
-			return err
-		}
-		stored := int64(-1)
-		if ok {
-			stored = off
-		}
-		if stored == p.From || ok && off == p.NextOffset {
-			continue
-		}
-		return &OffsetMovedError{Topic: p.Topic, Partition: p.Partition, From: p.From, Stored: stored}
-	}
-	return nil
-}
-
-// existingFlows returns the ids of flows whose flow:info key exists.
-func existingFlows(ctx context.Context, c redis.Cmdable, k Keys, ids []FlowID) ([]FlowID, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.IntCmd, len(ids))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Exists(ctx, k.FlowInfo(id))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("exists flow infos: %w", err)
-	}
-	var live []FlowID
-	for i, cmd := range cmds {
-		if cmd.Val() > 0 {
-			live = append(live, ids[i])
-		}
-	}
-	return live, nil
-}
 
 // Offset returns the committed next offset of an apply partition, and false
 // if none was committed.

@@ -277,6 +277,7 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 			p.Del(ctx, names...)
 		}
 		p.Del(ctx, infoKey, routesKey, k.FlowState(id))
+		p.HDel(ctx, k.LastFlush(), lastFlushField(id))
 		idx.remove(ctx, p, k)
 		p.SRem(ctx, k.Flows(), u32(id))
 		if has { // a flow destroyed before changes nothing of its catalog

@@ -14,7 +14,7 @@ import (
 type FlowState struct {
 	Status       string // StatusActive or StatusFatal
 	Error        string // reason of the fatal state; empty when active
-	LastFlushTS  uint64 // TSO of the last successful flush cycle
+	LastFlushTS  uint64 // TSO of the last committed cycle with data of the flow
 	CheckpointTS uint64 // the flow's global checkpoint TSO
 }
 
@@ -22,20 +22,28 @@ type FlowState struct {
 // flow has none (it does not exist).
 func (s *Store) FlowState(ctx context.Context, id FlowID) (FlowState, error) {
 	key := s.keys.FlowState(id)
-	raw, err := s.rdb.HGetAll(ctx, key).Result()
-	if err != nil {
-		return FlowState{}, fmt.Errorf("hgetall %s: %w", key, err)
+	var all *redis.MapStringStringCmd
+	var flush *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, key)
+		flush = p.HGet(ctx, s.keys.LastFlush(), lastFlushField(id))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return FlowState{}, fmt.Errorf("read state of flow %d: %w", id, err)
 	}
+	raw := all.Val()
 	if len(raw) == 0 {
 		return FlowState{}, fmt.Errorf("state of flow %d: %w", id, ErrFlowNotFound)
 	}
 	st := FlowState{Status: raw["status"], Error: raw["error"]}
-	for field, dst := range map[string]*uint64{"last_flush_ts": &st.LastFlushTS, "checkpoint_ts": &st.CheckpointTS} {
-		if v, ok := raw[field]; ok {
-			if *dst, err = strconv.ParseUint(v, 10, 64); err != nil {
-				return FlowState{}, fmt.Errorf("parse %s %s: %w", key, field, err)
-			}
+	if v, ok := raw["checkpoint_ts"]; ok {
+		if st.CheckpointTS, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return FlowState{}, fmt.Errorf("parse %s checkpoint_ts: %w", key, err)
 		}
+	}
+	if st.LastFlushTS, err = parseLastFlush(s.keys, id, flush, raw); err != nil {
+		return FlowState{}, err
 	}
 	return st, nil
 }
@@ -60,8 +68,8 @@ func (s *Store) SetFlowActive(ctx context.Context, id FlowID) error {
 // SetLastFlush records ts as flow id's last flush. It returns
 // ErrFlowNotFound if the flow does not exist.
 func (s *Store) SetLastFlush(ctx context.Context, id FlowID, ts uint64) error {
-	return s.setState(ctx, "set_last_flush", id, func(ctx context.Context, p redis.Pipeliner, key string) {
-		p.HSet(ctx, key, "last_flush_ts", u64(ts))
+	return s.setState(ctx, "set_last_flush", id, func(ctx context.Context, p redis.Pipeliner, _ string) {
+		queueLastFlush(ctx, p, s.keys, []FlowID{id}, ts)
 	})
 }
 

@@ -59,7 +59,7 @@ func (k Keys) Flows() string { return k.base + "flows" }
 func (k Keys) FlowSeq() string { return k.base + "flow:seq" }
 
 // FlowState is the hash of a flow's runtime state: status, error,
-// last_flush_ts, checkpoint_ts.
+// checkpoint_ts (and last_flush_ts as versions before LastFlush wrote it).
 func (k Keys) FlowState(id uint32) string { return k.base + "flow:state:" + u32(id) }
 
 // DDLOffset is the string holding the next DDL offset applied for a

@@ -111,11 +111,12 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 
 // readLease reads a lease hash; absent fields read as "" and 0.
 func readLease(ctx context.Context, c redis.Cmdable, key string) (string, int64, error) {
-	return leaseFields(key, c.HMGet(ctx, key, "member", "epoch"))
+	return parseLease(key, c.HMGet(ctx, key, "member", "epoch"))
 }
 
-// leaseFields parses the reply of HMGET <lease> member epoch.
-func leaseFields(key string, cmd *redis.SliceCmd) (string, int64, error) {
+// parseLease is the member and epoch an HMGET of a lease hash's member and
+// epoch read; absent fields read as "" and 0.
+func parseLease(key string, cmd *redis.SliceCmd) (string, int64, error) {
 	vals, err := cmd.Result()
 	if err != nil {
 		return "", 0, fmt.Errorf("hmget %s: %w", key, err)

@@ -40,8 +40,23 @@ import (
 //     catalogs in the bucket say.
 //  5. Write the checkpoint object(s): layout v1 one per flow, layout v2 the
 //     one global object.
+//
+// Only the replica holding the advance turn (meta.Store.TakeAdvanceTurn,
+// held for advanceTurnTTL) runs these steps; the others take the global
+// checkpoint Redis holds for their gauges. Their cost is a read of every
+// partition's checkpoint, the finalisation and a transaction over every
+// flow, so run after each commit of each of N replicas they grew with N
+// times the flows, and the replicas' advances made one another retry
+// (docs/SIZING.md, "Replicas and Redis").
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
+	turn, err := c.d.Store.TakeAdvanceTurn(ctx, c.cfg.StoreID, advanceTurnTTL)
+	if err != nil {
+		return err
+	}
+	if !turn {
+		return f.showCheckpoint(ctx)
+	}
 	topic := c.d.ApplyTopic
 	live, err := f.livePartitions(ctx)
 	if err != nil || len(live) == 0 {
@@ -87,13 +102,7 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 		return err
 	}
 	ck = max(min(ck, bound), global)
-	now := time.Now()
-	for _, fl := range flows {
-		label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-		c.m.checkpointTS.WithLabelValues(label).Set(float64(ck))
-		c.m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
-		c.m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
-	}
+	f.setCheckpointGauges(flows, ck)
 	if !c.cfg.v2() {
 		return f.writeFlowCheckpoints(ctx, advanced, ck, bound)
 	}
@@ -110,6 +119,36 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	}
 	f.ckptWritten = written
 	return nil
+}
+
+// advanceTurnTTL is how long a replica holds the advance turn: the global
+// checkpoint is computed about once per this whatever the number of
+// replicas (after every commit with fewer replicas than commits in it).
+// Each advance may rewrite every flow's checkpoint object, and GCS takes
+// about one write per second to one object.
+const advanceTurnTTL = time.Second
+
+// showCheckpoint sets the checkpoint gauges of every flow to the global
+// checkpoint Redis holds, on a replica whose turn it is not.
+func (f *flusher) showCheckpoint(ctx context.Context) error {
+	ck, ok, err := f.c.d.Store.GlobalCheckpointTS(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	f.setCheckpointGauges(f.c.d.Registry.Flows(), min(ck, event.MaxTS(time.Now(), f.c.cfg.MaxClockSkew)))
+	return nil
+}
+
+// setCheckpointGauges shows ck as the checkpoint of each of flows.
+func (f *flusher) setCheckpointGauges(flows []*meta.Flow, ck uint64) {
+	m := f.c.m
+	now := time.Now()
+	for _, fl := range flows {
+		label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
+		m.checkpointTS.WithLabelValues(label).Set(float64(ck))
+		m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
+		m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
+	}
 }
 
 // livePartitions are the partitions of the apply topic with readable
