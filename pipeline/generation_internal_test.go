@@ -406,3 +406,38 @@ func TestTinyChunkStoredUncompressed(t *testing.T) {
 		t.Fatalf("tiny chunk reads back %x", got)
 	}
 }
+
+// A data object's reader fills each Read from as many chunks as fit, so
+// that tiny chunks are not written to the connection one by one.
+func TestChunkReaderFillsAcrossChunks(t *testing.T) {
+	const nFiles = 50
+	g := newGeneration(t.TempDir(), 1, 4, sink.CompressionNone)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	var want []byte
+	for i := range nFiles {
+		tf, err := g.file(fileKey{table: 1, region: uint64(i), cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tf.append(event.AppendDataKey(nil, event.RowKey(1, int64(i)), 1), []byte("v"), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	for _, tf := range files {
+		want = append(want, readChunkFile(t, tf)...)
+	}
+	r := newChunkReader(files)
+	defer r.Close()
+	buf := make([]byte, len(want)+10)
+	n, err := r.Read(buf)
+	if err != nil || n != len(want) || !bytes.Equal(buf[:n], want) {
+		t.Fatalf("one Read of %d files (%d bytes) returned %d bytes, %v; want them all", nFiles, len(want), n, err)
+	}
+	if n, err := r.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("Read at the end: %d, %v; want 0, EOF", n, err)
+	}
+}

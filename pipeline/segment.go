@@ -188,7 +188,26 @@ type chunkReader struct {
 
 func newChunkReader(chunks []*tempFile) *chunkReader { return &chunkReader{chunks: chunks} }
 
+// Read fills p from as many chunks as it takes: the upload writes what one
+// Read returns as one write to the connection, and with thousands of tables
+// and regions most chunks are a few hundred bytes.
 func (r *chunkReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k, err := r.readExtent(p[n:])
+		n += k
+		if err != nil {
+			if errors.Is(err, io.EOF) && n > 0 {
+				err = nil
+			}
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// readExtent reads from the current extent, at most its rest.
+func (r *chunkReader) readExtent(p []byte) (int, error) {
 	for len(r.chunks) > 0 {
 		t := r.chunks[0]
 		if r.ext == len(t.ext) {
