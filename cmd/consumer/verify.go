@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -15,7 +14,7 @@ import (
 )
 
 func runVerify(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer verify", flag.ContinueOnError)
+	fs := newFlagSet("verify")
 	var (
 		conn     connConfig
 		flowName string
@@ -24,13 +23,13 @@ func runVerify(ctx context.Context, args []string) error {
 	)
 	conn.RegisterFlags(fs)
 	addFlowFlags(fs, &flowName, &flowID)
-	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&asJSON, "json", false, `print the report as one JSON document on stdout instead of text (docs/OPERATING.md, "JSON output")`)
 	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	b, err := conn.openBucket(ctx)
+	b, err := conn.openBucket(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -118,7 +117,7 @@ func runVerify(ctx context.Context, args []string) error {
 			fmt.Println("  truncation point: none (the whole log is kept)")
 		}
 		if r.CheckpointObject != "" {
-			fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
+			fmt.Printf("  checkpoint: redis %d (%s), object %d (%s)\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS, tsTime(r.CheckpointTS))
 		}
 		if r.Unreferenced > 0 {
 			fmt.Printf("  unreferenced: %d objects (%.1f MiB) under %s that no committed meta references; not part of the backup, consumer gc removes them once older than its --grace\n",
