@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// TestOpsConfig checks that invalid config fails at start with one line per
-// problem, naming the flag (command line or environment), and -h groups the
-// flags with their defaults.
+// TestOpsConfig checks that invalid config fails at start with exit 2 and
+// one line per problem, naming the flag (command line or environment), and
+// -h groups the flags with their defaults, on stdout.
 func TestOpsConfig(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -30,8 +30,8 @@ func TestOpsConfig(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := opsRunConsumer(t, tc.env, append([]string{"run"}, tc.args...)...)
-			if code != 1 || stdout != "" {
-				t.Fatalf("exit %d, stdout %q, want 1 and nothing", code, stdout)
+			if code != 2 || stdout != "" {
+				t.Fatalf("exit %d, stdout %q, want 2 and nothing", code, stdout)
 			}
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
 			if len(lines) != len(tc.lines)+1 || lines[0] != "consumer run: invalid configuration:" {
@@ -46,7 +46,7 @@ func TestOpsConfig(t *testing.T) {
 	}
 
 	t.Run("help", func(t *testing.T) {
-		code, _, help := opsRunConsumer(t, nil, "run", "-h")
+		code, help, _ := opsRunConsumer(t, nil, "run", "-h")
 		if code != 0 {
 			t.Fatalf("run -h: exit %d\n%s", code, help)
 		}

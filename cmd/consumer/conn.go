@@ -119,9 +119,10 @@ func validateRedis(c meta.Config) error {
 }
 
 // parseOpen parses args into fs (where c's flags are registered), validates
-// c and opens the metadata store: the start of every operator command.
-// Positional arguments are refused.
-func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, func(), error) {
+// c and the command's own flags (check, if not nil, before anything is
+// contacted) and opens the metadata store: the start of every operator
+// command. Positional arguments are refused.
+func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string, check ...func() error) (*meta.Store, func(), error) {
 	src, err := cli.ParseSources(fs, args)
 	if err != nil {
 		return nil, nil, err
@@ -131,6 +132,11 @@ func (c *connConfig) parseOpen(fs *flag.FlagSet, args []string) (*meta.Store, fu
 	}
 	if err := c.Validate(); err != nil {
 		return nil, nil, invalidConfig(src, err)
+	}
+	for _, fn := range check {
+		if err := fn(); err != nil {
+			return nil, nil, &cli.UsageError{Err: src.Annotate(err)}
+		}
 	}
 	return c.openStore()
 }

@@ -44,14 +44,16 @@ func runGC(ctx context.Context, args []string) error {
 	fs := newFlagSet("gc")
 	var cfg gcConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
+	st, closeStore, err := cfg.conn.parseOpen(fs, args, func() error {
+		if cfg.Grace < 0 {
+			return fmt.Errorf("--grace %v: must not be negative", cfg.Grace)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if cfg.Grace < 0 {
-		return cli.Usagef("--grace %v: must not be negative", cfg.Grace)
-	}
 	b, err := cfg.conn.openBucket(ctx, !cfg.DryRun)
 	if err != nil {
 		return err

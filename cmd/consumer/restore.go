@@ -68,14 +68,20 @@ func runRestore(ctx context.Context, args []string) error {
 	fs := newFlagSet("restore")
 	var cfg restoreConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
+	st, closeStore, err := cfg.conn.parseOpen(fs, args, func() error {
+		if cfg.Out == "" {
+			return errors.New("--out is required")
+		}
+		if _, err := cfg.tables(); err != nil {
+			return err
+		}
+		_, err := flowLookup(cfg.Flow, cfg.FlowID)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if cfg.Out == "" {
-		return cli.Usagef("--out is required")
-	}
 	// --max-memory is also the Go soft memory limit, as in `consumer run`
 	// (GOMEMLIMIT wins): without one the heap grows to twice the sort
 	// buffers (GOGC=100), whatever --max-memory says.

@@ -40,7 +40,10 @@ func runSnapshot(ctx context.Context, args []string) error {
 	fs := newFlagSet("snapshot")
 	var cfg snapshotConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
+	st, closeStore, err := cfg.conn.parseOpen(fs, args, func() error {
+		_, err := flowLookup(cfg.Flow, cfg.FlowID)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -42,14 +42,17 @@ func runTruncate(ctx context.Context, args []string) error {
 	fs := newFlagSet("truncate")
 	var cfg truncateConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
+	st, closeStore, err := cfg.conn.parseOpen(fs, args, func() error {
+		if cfg.Until.ts == 0 {
+			return errors.New("--until is required")
+		}
+		_, err := flowLookup(cfg.Flow, cfg.FlowID)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if cfg.Until.ts == 0 {
-		return cli.Usagef("--until is required")
-	}
 	b, err := cfg.conn.openBucket(ctx, !cfg.DryRun)
 	if err != nil {
 		return err
