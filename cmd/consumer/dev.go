@@ -50,7 +50,6 @@ var devDefaults = map[string]string{
 	"log-format": "text", "store-id": "dev", "http-addr": "127.0.0.1:0",
 }
 
-
 // devSections are the help sections of `consumer dev`.
 var devSections = append([]cli.Section{{Title: "Dev", Names: []string{"data-dir", "events", "keep-running", "heartbeat-interval"}}}, runSections...)
 

@@ -109,7 +109,9 @@ func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error
 			cfg.Grace, minSafeGrace))
 	}
 	progress := newProgressLine(os.Stderr)
-	watched := watchBucket(b, func(listed, read int64) { progress.show("gc: listed %d objects, read %d metas and snapshots", listed, read) })
+	watched := watchBucket(b, func(listed, read int64) {
+		progress.show("gc: listed %d objects, read %d metas and snapshots", listed, read)
+	})
 	plan, err := sink.PlanGC(ctx, watched, sink.GCOptions{Prefix: cfg.conn.GCS.Prefix, Grace: cfg.Grace, Parallel: cfg.Parallel, Refs: backup.GCRefs(st)})
 	progress.done()
 	switch {

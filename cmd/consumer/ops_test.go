@@ -187,7 +187,9 @@ func TestRestoreVerifyCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		stdout, err := capture(t, func() error { return runStatus(ctx, e.args("--brokers", e.kafka.Brokers(), "--http-addr", "", "--json")) })
+		stdout, err := capture(t, func() error {
+			return runStatus(ctx, e.args("--brokers", e.kafka.Brokers(), "--http-addr", "", "--json"))
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
