@@ -251,6 +251,8 @@ func (c *Consumer) runSession(ctx context.Context) error {
 			// the uncommitted records from the last commit, as after any
 			// rebalance. Nothing is lost and nothing needs an operator.
 			c.log.Warn("final flush fenced: the partitions have a new owner, which consumes the uncommitted records again", "err", werr)
+		case errors.Is(werr, context.DeadlineExceeded):
+			err = s.fl.uncommitted(c.cfg.ShutdownTimeout)
 		case werr != nil:
 			err = fmt.Errorf("final flush (uncommitted data is consumed again on restart): %w", werr)
 		}
