@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -355,7 +356,15 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c.lastCyc = CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
 		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()}
 	c.mu.Unlock()
-	c.log.Info("flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
+	// An interval cycle without files (offsets and checkpoints only) is
+	// most of an idle consumer's cycles: debug, so that the log holds what
+	// moved data. A stop's or a revoke's cycle is logged even when empty:
+	// it says the stop committed.
+	level := slog.LevelInfo
+	if len(cyc.files) == 0 && cyc.trigger == triggerInterval {
+		level = slog.LevelDebug
+	}
+	c.log.Log(ctx, level, "flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
 		"bytes", cyc.bytes, "flows", len(cyc.flows), "partitions", len(cyc.parts), "took", time.Since(cyc.started).Round(time.Millisecond))
 	return nil
 }

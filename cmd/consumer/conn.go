@@ -191,15 +191,17 @@ func isTimeout(err error) bool {
 }
 
 // redisLog is go-redis's logger (redis.SetLogger): its own lines (a pool
-// that failed to dial, and the like) go to log at warn level, or nowhere
+// that failed to dial, and the like) go to log at debug level, or nowhere
 // when log is nil, instead of unstructured lines on stderr. The failures
-// that matter reach the caller as errors anyway.
+// that matter reach the caller as errors, which the consumer reports once,
+// naming Redis (pingRedis): with Redis down, the operator reads that one
+// line, not the pool's retries before it.
 type redisLog struct{ log *slog.Logger }
 
 // Printf implements go-redis's internal.Logging.
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	if r.log != nil {
-		r.log.WarnContext(ctx, "redis client: "+strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
+		r.log.DebugContext(ctx, "redis client: "+strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
 	}
 }
 
