@@ -68,7 +68,7 @@ func runGC(ctx context.Context, args []string) error {
 	return err
 }
 
-// gcJSON is `consumer gc --json` (docs/OPERATING.md, "JSON output").
+// gcJSON is `consumer gc --json` (docs/SCRIPTING.md, "JSON output").
 type gcJSON struct {
 	Bucket        string `json:"bucket"`
 	Prefix        string `json:"prefix"`
@@ -127,7 +127,7 @@ func gc(ctx context.Context, cfg *gcConfig, st *meta.Store, b sink.Bucket) error
 	flows := slices.Sorted(maps.Keys(plan.Storage))
 	doc := gcJSON{Bucket: cfg.conn.GCS.Bucket, Prefix: cfg.conn.GCS.Prefix, DryRun: cfg.DryRun, GraceSeconds: int64(cfg.Grace.Seconds()),
 		ListedObjects: plan.ListedObjects, ListedBytes: plan.ListedBytes, Young: plan.Young, YoungBytes: plan.YoungBytes,
-		Kept: plan.Kept, Unknown: plan.Unknown, Flows: map[string]flowStorageJSON{}, Warnings: warnings}
+		Kept: plan.Kept, Unknown: plan.Unknown, Flows: map[string]flowStorageJSON{}, Warnings: nonNil(warnings)}
 	doc.Objects, doc.ObjectBytes = objectsOf(plan.Delete)
 	for _, f := range flows {
 		s := plan.Storage[f]

@@ -11,14 +11,14 @@ import (
 // output is where a command reports its result: lines of text on stdout,
 // or with --json one JSON document on stdout and nothing else there
 // (notes and warnings still go to stderr, progress only to a terminal).
-// The documents are described in docs/OPERATING.md, "JSON output".
+// The documents are described in docs/SCRIPTING.md, "JSON output".
 type output struct {
 	json bool
 }
 
 // RegisterFlags registers --json on f.
 func (o *output) RegisterFlags(f *flag.FlagSet) {
-	f.BoolVar(&o.json, "json", false, `print the result as one JSON document on stdout instead of text (docs/OPERATING.md, "JSON output")`)
+	f.BoolVar(&o.json, "json", false, `print the result as one JSON document on stdout instead of text (docs/SCRIPTING.md, "JSON output")`)
 }
 
 // printf prints a line of the text form; with --json it prints nothing.
@@ -42,6 +42,15 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// nonNil is s, or an empty slice for nil: a JSON list is [] when empty,
+// never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // tsJSON is a TSO with its wall time, as every JSON document gives one.

@@ -96,7 +96,7 @@ func runRestore(ctx context.Context, args []string) error {
 	return restore(ctx, &cfg, st, b)
 }
 
-// restoreJSON is `consumer restore --json` (docs/OPERATING.md, "JSON
+// restoreJSON is `consumer restore --json` (docs/SCRIPTING.md, "JSON
 // output").
 type restoreJSON struct {
 	Flow    flowJSON `json:"flow"`
@@ -171,7 +171,7 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	}
 	return cfg.out.result(restoreJSON{Flow: flowOf(f), AsOf: tsOf(ts), Out: cfg.Out, Tables: stats.Tables, Keys: stats.Keys,
 		Chunks: stats.Chunks, Metas: res.Metas, LogB: stats.LogBytes, Seconds: secs,
-		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: r.leftOut})
+		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: nonNil(r.leftOut)})
 }
 
 // outState says what an interrupted restore left of --out dir; existed is

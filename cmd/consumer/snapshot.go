@@ -69,7 +69,7 @@ type snapshotStore interface {
 	backup.SnapshotLister
 }
 
-// snapshotJSON is `consumer snapshot --json` (docs/OPERATING.md, "JSON
+// snapshotJSON is `consumer snapshot --json` (docs/SCRIPTING.md, "JSON
 // output").
 type snapshotJSON struct {
 	Flow flowJSON `json:"flow"`
@@ -138,7 +138,7 @@ func snapshot(ctx context.Context, cfg *snapshotConfig, st snapshotStore, b sink
 	case err != nil:
 		return r.explain(err)
 	}
-	doc := snapshotJSON{Flow: flowOf(f), AsOf: tsOf(ts), Existing: res.Existing, MetaPath: stats.MetaPath, LeftOut: r.leftOut}
+	doc := snapshotJSON{Flow: flowOf(f), AsOf: tsOf(ts), Existing: res.Existing, MetaPath: stats.MetaPath, LeftOut: nonNil(r.leftOut)}
 	if res.Existing != "" {
 		cfg.out.printf("flow %s/%s (id %d) has a snapshot as of %d (%s) already: %s\n", f.Catalog, f.Name, f.ID, ts, tsTime(ts), res.Existing)
 		return cfg.out.result(doc)

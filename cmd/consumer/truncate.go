@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -67,7 +68,7 @@ func runTruncate(ctx context.Context, args []string) error {
 	return err
 }
 
-// truncateJSON is `consumer truncate --json` (docs/OPERATING.md, "JSON
+// truncateJSON is `consumer truncate --json` (docs/SCRIPTING.md, "JSON
 // output").
 type truncateJSON struct {
 	Flow     flowJSON `json:"flow"`
@@ -100,7 +101,7 @@ type objectJSON struct {
 }
 
 func objectsOf(objs []sink.GCObject) ([]objectJSON, int64) {
-	out := make([]objectJSON, len(objs))
+	out := make([]objectJSON, len(objs)) // [] when empty
 	var n int64
 	for i, o := range objs {
 		out[i] = objectJSON{Name: o.Name, Size: o.Size, Kind: o.Kind, Flow: o.Flow}
@@ -141,7 +142,8 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 		verb = "would"
 	}
 	doc := truncateJSON{Flow: flowOf(ref), DryRun: cfg.DryRun, Snapshot: tsOf(snap.TS), MetasListed: plan.Listed, MetasRemoved: len(plan.Metas),
-		MetasKept: plan.Kept, KeptBelow: plan.KeptOld, SnapshotsRemoved: len(plan.Snapshots), Tables: plan.Tables(), Warnings: warnings}
+		MetasKept: plan.Kept, KeptBelow: map[string]int{}, SnapshotsRemoved: len(plan.Snapshots), Tables: nonNil(plan.Tables()), Warnings: nonNil(warnings)}
+	maps.Copy(doc.KeptBelow, plan.KeptOld)
 	doc.Objects, doc.ObjectBytes = objectsOf(objs)
 	cfg.out.printf("truncate flow %s (id %d) before snapshot %d (%s): %s remove %d of %d metas and %d older snapshots, then delete %s\n",
 		name, ref.ID, snap.TS, tsTime(snap.TS), verb, len(plan.Metas), plan.Listed, len(plan.Snapshots), objectsSummary(objs, plan.Tables()))

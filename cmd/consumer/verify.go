@@ -23,7 +23,7 @@ func runVerify(ctx context.Context, args []string) error {
 	)
 	conn.RegisterFlags(fs)
 	addFlowFlags(fs, &flowName, &flowID)
-	fs.BoolVar(&asJSON, "json", false, `print the report as one JSON document on stdout instead of text (docs/OPERATING.md, "JSON output")`)
+	fs.BoolVar(&asJSON, "json", false, `print the report as one JSON document on stdout instead of text (docs/SCRIPTING.md, "JSON output")`)
 	st, closeStore, err := conn.parseOpen(fs, args, func() error {
 		_, err := flowLookup(flowName, flowID)
 		return err
