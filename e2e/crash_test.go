@@ -29,7 +29,8 @@ var (
 )
 
 // crashSessionTimeout is the group session timeout of the scenarios'
-// consumers: kfake's minimum, so a killed member's partitions move in
+// consumers: the minimum of kfake and of Apache Kafka's default
+// group.min.session.timeout.ms, so a killed member's partitions move in
 // seconds.
 const crashSessionTimeout = "6s"
 

@@ -406,10 +406,13 @@ func TestRedisRestart(t *testing.T) {
 // TestKafkaFaults: the broker (3 nodes) fails a share of fetch, produce and
 // offset-commit requests with retriable errors and moves coordinators and
 // partition leaders every few seconds, during the load and the backup;
-// nothing is lost or stored twice.
+// nothing is lost or stored twice. It runs on kfake whatever
+// FLOWLOG_TEST_KAFKA says: one Apache Kafka node has no leaders to move and
+// no way to fail a chosen share of requests with retriable errors
+// (docs/TESTING.md, "Which broker").
 func TestKafkaFaults(t *testing.T) {
 	const partitions = 4
-	broker := startBroker(t, partitions, "--nodes", "3",
+	broker := startKfakeBroker(t, partitions, "--nodes", "3",
 		"--faults", "fetch=0.2,commit=0.3,produce=0.1,coordinator-move-every=5s,partition-move-every=5s")
 	c := &cluster{Broker: broker, GCS: startGCS(t), Redis: testenv.StartRedis(t)}
 	load := faultLoad(40_000, 505, time.Date(2026, 4, 4, 10, 0, 0, 0, time.UTC))

@@ -27,19 +27,6 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 )
 
-// startBroker starts a kfake broker process with the apply topic of
-// partitions partitions and the DDL and DLQ topics; its state persists in a
-// data dir across Restart (add "--sync" to extra for state that also
-// survives Kill). The broker's address is p.Addr.
-func startBroker(t testing.TB, partitions int, extra ...string) *proc {
-	t.Helper()
-	args := []string{"--port", "0", "--apply-partitions", strconv.Itoa(partitions), "--data-dir", t.TempDir()}
-	p := newProc(t, "kfakebroker", binary(t, "kfakebroker"), append(args, extra...)...)
-	p.ready = waitForLine("kfake listening on ")
-	p.Start()
-	return p
-}
-
 // gcsProc is a fake-gcs-server process with a client for reading what the
 // consumer wrote.
 type gcsProc struct {
@@ -82,7 +69,7 @@ func runProducer(t testing.TB, args ...string) string {
 
 // cluster is the set of services a consumer runs against.
 type cluster struct {
-	Broker *proc
+	Broker *broker
 	GCS    *gcsProc
 	Redis  *testenv.Redis
 }
@@ -400,7 +387,7 @@ func TestHarnessProduceLoad(t *testing.T) {
 		if err := broker.Stop(); err != nil {
 			t.Fatalf("broker exit after SIGTERM: %v", err)
 		}
-		broker.Restart()
+		broker.Restart(t)
 		if broker.Addr != addr {
 			t.Fatalf("restarted broker on %s, was %s", broker.Addr, addr)
 		}

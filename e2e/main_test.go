@@ -1,7 +1,7 @@
 // Package e2e runs flowlog's real binaries as processes against real
-// services: a private redis-server, a kfake broker process and a
-// fake-gcs-server process, each of which a test can kill, stop, restart or
-// freeze independently.
+// services: a private redis-server, an Apache Kafka broker (or a kfake
+// broker process: FLOWLOG_TEST_KAFKA=kfake) and a fake-gcs-server process,
+// each of which a test can kill, stop, restart or freeze independently.
 //
 // TestMain builds the binaries once per run into a temporary directory.
 // Set FLOWLOG_E2E_RACE=1 to build them with the race detector.
@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/flowlog/flowlog/internal/testenv"
 )
 
 // binaries are the commands TestMain builds, by name.
@@ -69,6 +71,11 @@ func runMain(m *testing.M) int {
 	wg.Wait()
 	for name, err := range buildErrs {
 		fmt.Fprintf(os.Stderr, "e2e: warning: %s did not build; tests that run it will fail:\n%v\n", name, err)
+	}
+	if kind, err := testenv.KafkaKind(); err == nil && kind == "apache" {
+		// Each test's broker is started while the test before it runs.
+		testenv.PrestartApacheKafka()
+		defer testenv.StopApacheKafkaSpare()
 	}
 	return m.Run()
 }

@@ -182,8 +182,11 @@ func (p *proc) Restart() {
 }
 
 // Log returns the whole log of the process.
-func (p *proc) Log() string {
-	b, _ := os.ReadFile(p.logPath)
+func (p *proc) Log() string { return readFile(p.logPath) }
+
+// readFile is the file's content, empty if it cannot be read.
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
 	return string(b)
 }
 

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -52,4 +54,22 @@ func (k *Kafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// KafkaKindEnv is the variable that chooses the broker end-to-end tests run
+// on: "apache" (the default: Apache Kafka, StartApacheKafka) or "kfake"
+// (franz-go's in-process stand-in, faster and with fault injection).
+const KafkaKindEnv = "FLOWLOG_TEST_KAFKA"
+
+// KafkaKind returns the broker FLOWLOG_TEST_KAFKA chooses, "apache" or
+// "kfake"; any other value is an error.
+func KafkaKind() (string, error) {
+	switch v := os.Getenv(KafkaKindEnv); v {
+	case "", "apache":
+		return "apache", nil
+	case "kfake":
+		return "kfake", nil
+	default:
+		return "", fmt.Errorf("%s=%q: want apache or kfake", KafkaKindEnv, v)
+	}
 }
