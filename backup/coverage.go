@@ -18,17 +18,9 @@ func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts u
 	if err != nil {
 		return nil, err
 	}
-	establishing := map[uint32]bool{}
-	pending, err := st.PendingCoverage(ctx)
+	establishing, err := st.PendingAdded(ctx, f.ID)
 	if err != nil {
 		return nil, err
-	}
-	for _, pf := range pending {
-		if pf.ID == f.ID {
-			for _, e := range pf.Entries {
-				establishing[e.Table] = true
-			}
-		}
 	}
 	all := map[uint32]bool{}
 	for t := range cur {

@@ -28,10 +28,10 @@ type Store interface {
 	// Windows returns the flow's coverage windows: the current one per
 	// table and the older ones, oldest first.
 	Windows(ctx context.Context, id meta.FlowID) (map[uint32]meta.Window, []meta.Window, error)
-	// PendingCoverage returns the coverage windows still being
-	// established, of every flow; it only explains why a table is left
-	// out, so a store without them returns none.
-	PendingCoverage(ctx context.Context) ([]meta.PendingFlow, error)
+	// PendingAdded returns the tables whose coverage window the flow's
+	// pending steps are still establishing; it only explains why a table
+	// is left out, so a store without them returns none.
+	PendingAdded(ctx context.Context, id meta.FlowID) (map[uint32]bool, error)
 	// Snapshots returns the flow's listed snapshots, oldest first.
 	Snapshots(ctx context.Context, id meta.FlowID) ([]meta.SnapshotRef, error)
 	// TruncatedBefore returns the flow's truncation point, and false if its

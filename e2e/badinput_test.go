@@ -38,7 +38,9 @@ var badKinds = []badKind{
 	{"non-table key", ""},
 }
 
-const badMaxValue = 4096 // --max-value-size of the bad-input consumer
+// badMaxValue is --max-value-size of the bad-input consumer: above every
+// record of its load (a few KB), which the limit bounds too.
+const badMaxValue = 64 << 10
 
 // badRecord builds record i of kind k: its events of table 1 (handles from
 // 1e9, never produced by the load) must never reach the backup, because

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -20,6 +21,7 @@ const (
 	faultReset                  // reset the TCP connection (RST) without an answer
 	faultMixed                  // either, half and half
 	fault403                    // answer 403 Forbidden, as GCS does without the permission
+	faultHang                   // read the request and never answer (until the client gives up)
 )
 
 // faultProxy is an HTTP reverse proxy between the consumer's --gcs-endpoint
@@ -35,7 +37,7 @@ type faultProxy struct {
 	mode     atomic.Int32
 	latency  atomic.Int64 // time.Duration
 
-	requests, writes, failed503, resets, forbidden atomic.Int64
+	requests, writes, failed503, resets, forbidden, hangs atomic.Int64
 }
 
 // startFaultProxy starts a proxy to target (host:port) on a free loopback
@@ -105,6 +107,12 @@ func (fp *faultProxy) handler(next http.Handler) http.Handler {
 				}
 				if mode == faultReset && fp.reset(w) {
 					fp.resets.Add(1)
+					return
+				}
+				if mode == faultHang {
+					fp.hangs.Add(1)
+					_, _ = io.Copy(io.Discard, r.Body)
+					<-r.Context().Done() // the client's timeout, or the proxy's end
 					return
 				}
 				fp.failed503.Add(1)

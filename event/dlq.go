@@ -18,6 +18,17 @@ const (
 	HeaderContentType     = "content-type"
 )
 
+// A DLQ record of a whole record batch that the consumer could not
+// decompress holds the batch as the broker stores it (Kafka's v2 record
+// batch format, header and compressed records) under content-type
+// ContentTypeRecordBatch, with the offset after its last record and its
+// record count.
+const (
+	ContentTypeRecordBatch = "application/vnd.kafka.record-batch"
+	HeaderBatchNextOffset  = "flowlog-batch-next-offset"
+	HeaderBatchRecords     = "flowlog-batch-records"
+)
+
 // ContentType returns the value of r's first content-type header, matching
 // the header key case-insensitively, or "" if there is none.
 func ContentType(r *kgo.Record) string {

@@ -34,6 +34,10 @@ type ApplierConfig struct {
 	// StallTimeout bounds how long CatchUp waits for a record below the end
 	// offsets it listed before giving up with an error; default 10s.
 	StallTimeout time.Duration
+	// MaxTablesPerFlow refuses, to the DLQ as ddl_rejected, a create or
+	// replace of more source tables (ErrTooManyTables); default
+	// DefaultMaxTablesPerFlow.
+	MaxTablesPerFlow int
 	// ClaimTimeout is how old another instance's claim on sending a
 	// rejected DDL to the DLQ must be before this one takes it over and
 	// sends it itself (the owner crashed in between); default 30s. An
@@ -84,6 +88,9 @@ type Applier struct {
 	acked map[claimKey]bool
 }
 
+// DefaultMaxTablesPerFlow is --max-tables-per-flow's default.
+const DefaultMaxTablesPerFlow = 100_000
+
 var ddlOps = []string{OpCreate, OpReplace, OpDrop, OpResume, "unknown"}
 
 // NewApplier returns an Applier of cfg.Topic over s that keeps r current. It
@@ -103,6 +110,9 @@ func NewApplier(s *Store, r *Registry, cfg ApplierConfig) (*Applier, error) {
 	}
 	if cfg.ClaimTimeout <= 0 {
 		cfg.ClaimTimeout = 30 * time.Second
+	}
+	if cfg.MaxTablesPerFlow <= 0 {
+		cfg.MaxTablesPerFlow = DefaultMaxTablesPerFlow
 	}
 	cl, err := kgo.NewClient(cfg.KafkaOpts...)
 	if err != nil {

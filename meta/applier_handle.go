@@ -20,6 +20,10 @@ func (a *Applier) handle(ctx context.Context, rec *kgo.Record) (Applied, bool, e
 	if err != nil {
 		return Applied{}, false, a.reject(ctx, rec, pos, "unknown", ReasonDDLInvalid, "invalid", err)
 	}
+	if n := len(d.Flow.SourceTableIDs); (d.Op == OpCreate || d.Op == OpReplace) && n > a.cfg.MaxTablesPerFlow {
+		err := fmt.Errorf("flow %s/%s: %d source tables, at most %d: %w", d.Flow.CatalogName, d.Flow.FlowName, n, a.cfg.MaxTablesPerFlow, ErrTooManyTables)
+		return Applied{}, false, a.reject(ctx, rec, pos, d.Op, ReasonDDLRejected, "rejected", err)
+	}
 	res, err := a.s.ApplyDDL(ctx, d, pos)
 	var verr *ValidationError
 	switch {

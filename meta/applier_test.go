@@ -401,3 +401,58 @@ func TestApplierConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestApplierMaxTablesPerFlow: a create or replace naming more source
+// tables than MaxTablesPerFlow goes to the DLQ as ddl_rejected, saying
+// why; nothing of it is applied, the DDL path goes on, and a DDL at the
+// limit is applied.
+func TestApplierMaxTablesPerFlow(t *testing.T) {
+	e := newDDLEnv(t)
+	ctx := context.Background()
+	offs := e.publish(t,
+		ddlJSON("create", "wide", 1, 2, 3, 4), // 0: one table too many
+		ddlJSON("create", "ok", 1, 2, 3),      // 1: at the limit
+		ddlJSON("replace", "ok", 1, 2, 3, 4),  // 2: grows past it
+	)
+	reg := prometheus.NewRegistry()
+	a, err := meta.NewApplier(e.s, meta.NewRegistry(e.s), meta.ApplierConfig{
+		Topic: testenv.DDLTopic, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.k.ListenAddrs()...)},
+		DLQ: dlq.New(e.k.Client(t), testenv.DLQTopic, reg), Registerer: reg, MaxTablesPerFlow: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := e.s.FlowIDByName(ctx, meta.DefaultCatalog, "wide"); ok {
+		t.Error("flow wide of 4 tables was created past a limit of 3")
+	}
+	id, ok, err := e.s.FlowIDByName(ctx, meta.DefaultCatalog, "ok")
+	if err != nil || !ok {
+		t.Fatalf("flow ok at the limit not created: %v", err)
+	}
+	info, _, err := e.s.FlowInfo(ctx, id)
+	if err != nil || !slices.Equal(info.SourceTableIDs, []uint32{1, 2, 3}) {
+		t.Errorf("flow ok has tables %v (%v), want the create's 1, 2, 3: the replace past the limit was applied", info.SourceTableIDs, err)
+	}
+	got, n := e.dlqRecords(t)
+	for _, off := range []int64{offs[0], offs[2]} {
+		if !strings.HasPrefix(got[off], "ddl_rejected: ") || !strings.Contains(got[off], "4 source tables, at most 3") {
+			t.Errorf("DLQ record of offset %d: %q, want ddl_rejected naming 4 tables of at most 3", off, got[off])
+		}
+	}
+	if n != 2 {
+		t.Errorf("DLQ holds %d records, want 2", n)
+	}
+	assertOffsetAt(t, e.s, offs[2]+1)
+}
+
+func assertOffsetAt(t *testing.T, s *meta.Store, want int64) {
+	t.Helper()
+	got, ok, err := s.DDLOffset(context.Background(), testenv.DDLTopic, 0)
+	if err != nil || !ok || got != want {
+		t.Fatalf("ddl offset = %d, %v, %v; want %d", got, ok, err, want)
+	}
+}

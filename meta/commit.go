@@ -158,11 +158,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 				}
 			}
 			for _, r := range c.Coverage {
-				v := CkptIdle
-				if !r.Idle {
-					v = u64(r.TS)
-				}
-				p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), v)
+				p.HSetNX(ctx, k.CoverageParts(r.FlowID), partField(r.Seq, r.Topic, r.Partition), r.value())
 			}
 			for _, m := range c.Metas {
 				p.ZAdd(ctx, k.Metas(m.FlowID), redis.Z{Score: float64(m.MinResolvedTS), Member: m.Path})

@@ -20,31 +20,45 @@ import (
 //
 // How a window is established, and why its bounds hold:
 //
-//   - The DDL transaction that adds or removes a table of a flow (create,
-//     replace, drop) appends a pending entry to coverage:<id>:pending in
-//     the same MULTI, numbered by coverage:<id>:seq, and adds the flow to
-//     coverage:flows.
+//   - The DDL transaction that adds or removes tables of a flow (create,
+//     replace, drop) appends one pending step to coverage:<id>:pending in
+//     the same MULTI, numbered by coverage:<id>:seq (one number per DDL,
+//     whatever the number of tables), and writes the step's tables, sorted
+//     and packed, to coverage:<id>:step:<seq>:add and :del
+//     (coverage_steps.go). Its cost is that of the tables it changes.
 //   - Every owner of an apply partition, once its registry shows the flow as
 //     Redis holds it now (so its routing follows every pending DDL), reports
-//     for each pending entry the partition's value at the routing boundary:
+//     for each pending step the partition's values at the routing boundary:
 //     for an added table, the highest commit ts the partition had seen
-//     before it started to route the table; for a removed one, the
-//     partition's checkpoint in the cycle frozen where it stopped. The
-//     report rides in the commit of the cycle holding the records before the
-//     boundary, fenced by the partition's lease, and is kept first-wins
-//     (HSETNX in coverage:<id>:parts): a later owner starts at the committed
-//     offset, which is where the committed report's boundary lies.
-//   - Once every apply partition with records has reported an entry, it is
-//     final: since = the max of the reports, until = the min (partitions
-//     whose regions all dropped out report "idle" and are left out). Entries
-//     finalize in order. The current window of each table is a field of
-//     coverage:<id>; a window replaced by a new one for the same table moves
-//     to coverage:<id>:history.
+//     before it started to route it (since); for a removed one, the
+//     partition's checkpoint in the cycle frozen where it stopped (until);
+//     and the last step its routing moved to at that boundary (upto): a
+//     partition whose registry went from before step s to after step e in
+//     one refresh never routed anything in between, and reports each of the
+//     steps s..e with the same values and upto e. The report rides in the
+//     commit of the cycle holding the records before the boundary, fenced
+//     by the partition's lease, and is kept first-wins (HSETNX in
+//     coverage:<id>:parts): a later owner starts at the committed offset,
+//     which is where the committed report's boundary lies.
+//   - Pending steps become final in order, a cell at a time: the longest
+//     run of steps from the first pending one that every apply partition
+//     with records has reported with the same values, and moved across at
+//     once (upto at least the cell's last step). No partition routed the
+//     flow's definitions inside a cell, so the cell counts as one change,
+//     from the tables before it to the tables after it: a table in both
+//     keeps its window, however often the cell's steps removed and added it
+//     again (a replace storm of 50 alternating 100,000-table sets observed
+//     in one refresh changes nothing); a table only after it gets since =
+//     the max of the reports; a table only before it gets until = the min
+//     (partitions whose regions all dropped out report "idle" and are left
+//     out). A cell's tables are written in chunks (coverage_finalize.go),
+//     so the work and memory follow the tables it changes. A window
+//     replaced by a new one for the same table moves to the history.
 //
 // Every event of the table with since < ts <= until is then in a committed
-// chunk: a partition routed the table from its boundary on, and nothing it
-// had seen before the boundary was newer than since; it routed it until its
-// boundary, and everything up to its checkpoint there had arrived.
+// chunk: each partition routed the table from its boundary on, and nothing
+// it had seen before the boundary was newer than since; it routed it until
+// its boundary, and everything up to its checkpoint there had arrived.
 
 // Window is one coverage window of a table. Until is nil while the table is
 // part of the flow.
@@ -65,54 +79,177 @@ func (w Window) Contains(ts uint64) bool {
 	return w.Since < ts && (w.Until == nil || ts <= *w.Until)
 }
 
-// Coverage pending-entry kinds.
-const (
-	CoverageSince = "since"
-	CoverageUntil = "until"
-)
-
-// CoverageEntry is one pending window bound of a flow's table.
+// CoverageEntry is one pending step of a flow: the tables one DDL added
+// and removed (how many of each).
 type CoverageEntry struct {
-	Seq   uint64 `json:"seq"`
-	Kind  string `json:"kind"` // CoverageSince or CoverageUntil
+	Seq     uint64 `json:"seq"`
+	Added   int    `json:"add"`
+	Removed int    `json:"del"`
+	// legacy is a per-table entry an earlier version wrote: one table,
+	// added (kind "since") or removed ("until").
+	legacy *legacyEntry
+}
+
+// legacyEntry is a pending entry of the per-table format.
+type legacyEntry struct {
+	Kind  string `json:"kind"`
 	Table uint32 `json:"table"`
 }
 
-// CoverageReport is one partition's value for a pending entry.
+// Legacy per-table entry kinds.
+const (
+	legacySince = "since"
+	legacyUntil = "until"
+)
+
+// decodeEntry reads a pending step, or a per-table entry of the earlier
+// format as a step of one table.
+func decodeEntry(raw string) (CoverageEntry, error) {
+	var v struct {
+		Seq     uint64 `json:"seq"`
+		Added   int    `json:"add"`
+		Removed int    `json:"del"`
+		Kind    string `json:"kind"`
+		Table   uint32 `json:"table"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return CoverageEntry{}, err
+	}
+	e := CoverageEntry{Seq: v.Seq, Added: v.Added, Removed: v.Removed}
+	switch v.Kind {
+	case "":
+	case legacySince:
+		e.Added, e.legacy = 1, &legacyEntry{Kind: v.Kind, Table: v.Table}
+	case legacyUntil:
+		e.Removed, e.legacy = 1, &legacyEntry{Kind: v.Kind, Table: v.Table}
+	default:
+		return CoverageEntry{}, fmt.Errorf("unknown entry kind %q", v.Kind)
+	}
+	return e, nil
+}
+
+// CoverageValue is a partition's value for one bound at its boundary: a
+// ts, or Idle (no live region: left out of the cell's max or min).
+type CoverageValue struct {
+	TS   uint64
+	Idle bool
+}
+
+// CoverageReport is one partition's values for a pending step.
 type CoverageReport struct {
 	FlowID    FlowID
 	Seq       uint64
 	Topic     string
 	Partition int32
-	TS        uint64
-	Idle      bool // no live region: left out of an until's min
+	Since     CoverageValue // for the tables the step adds
+	Until     CoverageValue // for the tables it removes
+	// Upto is the last step the partition's routing moved to at this
+	// boundary (0: Seq alone). Steps the partition reports with the same
+	// values and Upto were crossed at once.
+	Upto uint64
 }
 
-// PendingFlow is a flow with pending coverage entries, and its definition
-// as Redis holds it now (Exists false: dropped).
+// value is the report as stored: "<since>:<until>:<upto>", each bound a
+// decimal ts or "idle".
+func (r CoverageReport) value() string {
+	v := func(c CoverageValue) string {
+		if c.Idle {
+			return CkptIdle
+		}
+		return u64(c.TS)
+	}
+	upto := max(r.Upto, r.Seq)
+	return v(r.Since) + ":" + v(r.Until) + ":" + u64(upto)
+}
+
+// partReport is a stored report as the finalizer reads it.
+type partReport struct {
+	since, until CoverageValue
+	upto         uint64
+	raw          string // the bounds, for comparing reports of two steps
+}
+
+// parseReport reads a stored report of step seq; a bare ts or "idle" is a
+// report of the per-table format (one bound, one step).
+func parseReport(seq uint64, v string) (partReport, error) {
+	val := func(s string) (CoverageValue, error) {
+		if s == CkptIdle {
+			return CoverageValue{Idle: true}, nil
+		}
+		ts, err := strconv.ParseUint(s, 10, 64)
+		return CoverageValue{TS: ts}, err
+	}
+	parts := strings.Split(v, ":")
+	if len(parts) == 1 {
+		c, err := val(v)
+		return partReport{since: c, until: c, upto: seq, raw: v}, err
+	}
+	if len(parts) != 3 {
+		return partReport{}, fmt.Errorf("report %q: want since:until:upto", v)
+	}
+	since, err := val(parts[0])
+	if err != nil {
+		return partReport{}, fmt.Errorf("report %q: %w", v, err)
+	}
+	until, err := val(parts[1])
+	if err != nil {
+		return partReport{}, fmt.Errorf("report %q: %w", v, err)
+	}
+	upto, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return partReport{}, fmt.Errorf("report %q: %w", v, err)
+	}
+	return partReport{since: since, until: until, upto: max(upto, seq), raw: parts[0] + ":" + parts[1]}, nil
+}
+
+// PendingFlow is a flow with pending coverage steps (the first
+// maxPendingRead of them), whether Redis still holds the flow (Exists
+// false: dropped) and its coverage seq now, which a registry that routes
+// the flow as Redis holds it shows too.
 type PendingFlow struct {
 	ID      FlowID
 	Exists  bool
-	Info    FlowInfo
+	Seq     uint64
 	Entries []CoverageEntry
 }
 
+// maxPendingRead bounds the pending steps read of one flow at once; the
+// rest are read once the first are final.
+const maxPendingRead = 1024
+
 func (k Keys) coverageSub(id uint32, sub string) string { return k.Coverage(id) + ":" + sub }
 
-// CoveragePending is the list of a flow's pending coverage entries.
+// CoveragePending is the list of a flow's pending coverage steps.
 func (k Keys) CoveragePending(id uint32) string { return k.coverageSub(id, "pending") }
 
-// CoverageParts is the hash of partition reports: "<seq>/<topic>/<p>" -> ts
-// or "idle".
+// CoverageParts is the hash of partition reports:
+// "<seq>/<topic>/<p>" -> "<since>:<until>:<upto>".
 func (k Keys) CoverageParts(id uint32) string { return k.coverageSub(id, "parts") }
 
-// CoverageSeq numbers a flow's pending entries.
+// CoverageSeq numbers a flow's pending steps.
 func (k Keys) CoverageSeq(id uint32) string { return k.coverageSub(id, "seq") }
 
-// CoverageHistory lists a flow's earlier windows (JSON with table_id).
+// CoverageHistory is the list of a flow's earlier windows (JSON with
+// table_id) as versions before coverage:<id>:past wrote them; it is read,
+// never written.
 func (k Keys) CoverageHistory(id uint32) string { return k.coverageSub(id, "history") }
 
-// CoverageFlows is the set of flow ids with pending coverage entries.
+// CoveragePast is the hash of a flow's earlier windows: "<table>" -> JSON
+// array of windows, oldest first, only those a restore can still choose
+// (coverage_history.go).
+func (k Keys) CoveragePast(id uint32) string { return k.coverageSub(id, "past") }
+
+// CoverageFin is the cell being made final, "<first>:<last>:<table>":
+// steps first..last, tables up to table written (coverage_finalize.go).
+func (k Keys) CoverageFin(id uint32) string { return k.coverageSub(id, "fin") }
+
+// CoverageStep is the packed, sorted tables step seq adds (kind "add") or
+// removes ("del").
+func (k Keys) CoverageStep(id uint32, seq uint64, kind string) string {
+	return k.coverageSub(id, "step:"+u64(seq)+":"+kind)
+}
+
+// CoverageFlows is the set of flow ids with pending coverage steps.
 func (k Keys) CoverageFlows() string { return k.base + "coverage:flows" }
 
 // MaxTS is maxts:<topic>:<partition>, the highest commit ts the partition's
@@ -125,9 +262,9 @@ func partField(seq uint64, topic string, p int32) string {
 	return strconv.FormatUint(seq, 10) + "/" + topic + "/" + strconv.Itoa(int(p))
 }
 
-// coverageTx WATCHes and reads the flow's entry counter and returns the
-// writes that append a since entry per added table and an until entry per
-// removed one.
+// coverageTx WATCHes and reads the flow's step counter and returns the
+// writes that append one step with the added and removed tables (each
+// sorted, without duplicates).
 func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, removed []uint32) (func(redis.Pipeliner), error) {
 	if len(added) == 0 && len(removed) == 0 {
 		return func(redis.Pipeliner) {}, nil
@@ -147,19 +284,16 @@ func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, 
 			return nil, fmt.Errorf("parse %s = %q: %w", seqKey, str, err)
 		}
 	}
-	var vals []any
-	for _, e := range []struct {
-		kind   string
-		tables []uint32
-	}{{CoverageUntil, removed}, {CoverageSince, added}} {
-		for _, t := range e.tables {
-			seq++
-			b, _ := json.Marshal(CoverageEntry{Seq: seq, Kind: e.kind, Table: t})
-			vals = append(vals, string(b))
-		}
-	}
+	seq++
+	entry, _ := json.Marshal(CoverageEntry{Seq: seq, Added: len(added), Removed: len(removed)})
 	return func(p redis.Pipeliner) {
-		p.RPush(ctx, k.CoveragePending(id), vals...)
+		if len(added) > 0 {
+			p.Set(ctx, k.CoverageStep(id, seq, stepAdd), packTables(added), 0)
+		}
+		if len(removed) > 0 {
+			p.Set(ctx, k.CoverageStep(id, seq, stepDel), packTables(removed), 0)
+		}
+		p.RPush(ctx, k.CoveragePending(id), string(entry))
 		p.Set(ctx, seqKey, strconv.FormatUint(seq, 10), 0)
 		p.SAdd(ctx, k.CoverageFlows(), u32(id))
 	}, nil
@@ -170,21 +304,27 @@ func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, 
 func tableDiff(cur, next []uint32) (added, removed []uint32) {
 	c := slices.Compact(slices.Sorted(slices.Values(cur)))
 	n := slices.Compact(slices.Sorted(slices.Values(next)))
-	for _, t := range n {
-		if _, ok := slices.BinarySearch(c, t); !ok {
-			added = append(added, t)
-		}
-	}
-	for _, t := range c {
-		if _, ok := slices.BinarySearch(n, t); !ok {
-			removed = append(removed, t)
+	i, j := 0, 0
+	for i < len(c) || j < len(n) {
+		switch {
+		case j == len(n) || i < len(c) && c[i] < n[j]:
+			removed = append(removed, c[i])
+			i++
+		case i == len(c) || n[j] < c[i]:
+			added = append(added, n[j])
+			j++
+		default:
+			i++
+			j++
 		}
 	}
 	return added, removed
 }
 
-// PendingCoverage returns every flow with pending coverage entries, with
-// its definition as Redis holds it now.
+// PendingCoverage returns every flow with pending coverage steps (at most
+// maxPendingRead of each, the first ones), whether Redis still holds it
+// and its coverage seq: what the consume loop reports on, at a cost of the
+// steps, not of their tables.
 func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 	k := s.keys
 	ids, err := s.rdb.SMembers(ctx, k.CoverageFlows()).Result()
@@ -199,25 +339,26 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 		}
 		id := FlowID(id64)
 		var lr *redis.StringSliceCmd
-		var ir *redis.StringCmd
+		var ex *redis.IntCmd
+		var sq *redis.StringCmd
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			lr = p.LRange(ctx, k.CoveragePending(id), 0, -1)
-			ir = p.Get(ctx, k.FlowInfo(id))
+			lr = p.LRange(ctx, k.CoveragePending(id), 0, maxPendingRead-1)
+			ex = p.Exists(ctx, k.FlowInfo(id))
+			sq = p.Get(ctx, k.CoverageSeq(id))
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("read pending coverage of flow %d: %w", id, err)
 		}
-		pf := PendingFlow{ID: id}
-		if raw, err := ir.Result(); err == nil {
-			if pf.Info, err = decodeInfo(k.FlowInfo(id), raw); err != nil {
-				return nil, err
+		pf := PendingFlow{ID: id, Exists: ex.Val() > 0}
+		if v, err := sq.Result(); err == nil {
+			if pf.Seq, err = strconv.ParseUint(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("parse %s = %q: %w", k.CoverageSeq(id), v, err)
 			}
-			pf.Exists = true
 		}
 		for _, raw := range lr.Val() {
-			var e CoverageEntry
-			if err := json.Unmarshal([]byte(raw), &e); err != nil {
+			e, err := decodeEntry(raw)
+			if err != nil {
 				return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
 			}
 			pf.Entries = append(pf.Entries, e)
@@ -230,241 +371,31 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 	return out, nil
 }
 
-// Windows returns flow id's coverage windows: the current one of each table
-// (by table) and the earlier ones (history, oldest first).
-func (s *Store) Windows(ctx context.Context, id FlowID) (current map[uint32]Window, history []Window, err error) {
-	k := s.keys
-	cur, err := s.rdb.HGetAll(ctx, k.Coverage(id)).Result()
+// PendingAdded returns the tables that pending steps of flow id add: the
+// tables whose window is not established yet. It reads the steps' tables
+// in chunks; the result holds each table once.
+func (s *Store) PendingAdded(ctx context.Context, id FlowID) (map[uint32]bool, error) {
+	raws, err := s.rdb.LRange(ctx, s.keys.CoveragePending(id), 0, -1).Result()
 	if err != nil {
-		return nil, nil, fmt.Errorf("hgetall %s: %w", k.Coverage(id), err)
+		return nil, fmt.Errorf("lrange %s: %w", s.keys.CoveragePending(id), err)
 	}
-	current = make(map[uint32]Window, len(cur))
-	for f, v := range cur {
-		t, err := strconv.ParseUint(f, 10, 32)
+	out := map[uint32]bool{}
+	for _, raw := range raws {
+		e, err := decodeEntry(raw)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: table %q: %w", k.Coverage(id), f, err)
+			return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
 		}
-		var w Window
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, nil, fmt.Errorf("%s: table %d: %w", k.Coverage(id), t, err)
-		}
-		w.TableID = uint32(t)
-		current[uint32(t)] = w
-	}
-	hist, err := s.rdb.LRange(ctx, k.CoverageHistory(id), 0, -1).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("lrange %s: %w", k.CoverageHistory(id), err)
-	}
-	for _, v := range hist {
-		var w Window
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", k.CoverageHistory(id), err)
-		}
-		history = append(history, w)
-	}
-	return current, history, nil
-}
-
-// WindowAt returns the window of table that holds ts among current and
-// history, and false if none does.
-func WindowAt(current map[uint32]Window, history []Window, table uint32, ts uint64) (Window, bool) {
-	if w, ok := current[table]; ok && w.Holds(ts) {
-		return w, true
-	}
-	for i := len(history) - 1; i >= 0; i-- {
-		if w := history[i]; w.TableID == table && w.Holds(ts) {
-			return w, true
-		}
-	}
-	return Window{}, false
-}
-
-// FinalizeCoverage makes final every pending entry that each partition of
-// topic in withRecords has reported, in order, flow by flow. It returns how
-// many entries it made final.
-func (s *Store) FinalizeCoverage(ctx context.Context, topic string, withRecords []int32) (int, error) {
-	k := s.keys
-	ids, err := s.rdb.SMembers(ctx, k.CoverageFlows()).Result()
-	if err != nil {
-		return 0, fmt.Errorf("smembers %s: %w", k.CoverageFlows(), err)
-	}
-	total := 0
-	for _, v := range ids {
-		id64, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			continue
-		}
-		id := FlowID(id64)
-		n := 0
-		err = s.txn(ctx, "finalize_coverage", []string{k.CoveragePending(id), k.CoverageParts(id), k.Coverage(id)},
-			func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-				n = 0
-				return s.finalizeTx(ctx, tx, id, topic, withRecords, &n)
-			})
-		if err != nil {
-			return total, fmt.Errorf("finalize coverage of flow %d: %w", id, err)
-		}
-		total += n
-	}
-	return total, nil
-}
-
-func (s *Store) finalizeTx(ctx context.Context, tx *redis.Tx, id FlowID, topic string, withRecords []int32, n *int) (func(redis.Pipeliner) error, error) {
-	k := s.keys
-	pend, err := tx.LRange(ctx, k.CoveragePending(id), 0, -1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("lrange %s: %w", k.CoveragePending(id), err)
-	}
-	if len(pend) == 0 {
-		return func(p redis.Pipeliner) error { p.SRem(ctx, k.CoverageFlows(), u32(id)); return nil }, nil
-	}
-	parts, err := tx.HGetAll(ctx, k.CoverageParts(id)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("hgetall %s: %w", k.CoverageParts(id), err)
-	}
-	cur, err := tx.HGetAll(ctx, k.Coverage(id)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("hgetall %s: %w", k.Coverage(id), err)
-	}
-	windows := map[uint32]*Window{}
-	for f, v := range cur {
-		t, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			continue
-		}
-		var w Window
-		if json.Unmarshal([]byte(v), &w) == nil {
-			w.TableID = uint32(t)
-			windows[uint32(t)] = &w
-		}
-	}
-	var history []string
-	changed := map[uint32]bool{}
-	var done []uint64
-	for _, raw := range pend {
-		var e CoverageEntry
-		if err := json.Unmarshal([]byte(raw), &e); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", k.CoveragePending(id), err)
-		}
-		var vals []uint64
-		complete := true
-		for _, p := range withRecords {
-			v, ok := parts[partField(e.Seq, topic, p)]
+		st := s.stepStream(id, e, stepAdd)
+		for {
+			t, ok, err := st.next(ctx)
+			if err != nil {
+				return nil, err
+			}
 			if !ok {
-				complete = false
 				break
 			}
-			if v == CkptIdle {
-				continue
-			}
-			ts, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %q: %w", k.CoverageParts(id), v, err)
-			}
-			vals = append(vals, ts)
-		}
-		if !complete {
-			break // entries finalize in order
-		}
-		switch e.Kind {
-		case CoverageSince:
-			if w := windows[e.Table]; w != nil {
-				b, _ := json.Marshal(*w)
-				history = append(history, string(b))
-			}
-			since := uint64(0)
-			if len(vals) > 0 {
-				since = slices.Max(vals)
-			}
-			windows[e.Table] = &Window{TableID: e.Table, Since: since}
-		case CoverageUntil:
-			w := windows[e.Table]
-			if w == nil || w.Until != nil {
-				break // never established, or closed already
-			}
-			until := w.Since // no live partition: an empty window
-			if len(vals) > 0 {
-				until = slices.Min(vals)
-			}
-			w.Until = &until
-		}
-		changed[e.Table] = true
-		done = append(done, e.Seq)
-	}
-	*n = len(done)
-	if len(done) == 0 {
-		return nil, nil
-	}
-	var hdel []string
-	for f := range parts {
-		seq, _, _ := strings.Cut(f, "/")
-		if s, err := strconv.ParseUint(seq, 10, 64); err == nil && s <= done[len(done)-1] {
-			hdel = append(hdel, f)
+			out[t] = true
 		}
 	}
-	return func(p redis.Pipeliner) error {
-		for t := range changed {
-			w := windows[t]
-			if w == nil {
-				continue
-			}
-			b, _ := json.Marshal(Window{Since: w.Since, Until: w.Until})
-			p.HSet(ctx, k.Coverage(id), strconv.FormatUint(uint64(t), 10), string(b))
-		}
-		if len(history) > 0 {
-			p.RPush(ctx, k.CoverageHistory(id), toAny(history)...)
-		}
-		p.LTrim(ctx, k.CoveragePending(id), int64(len(done)), -1)
-		if len(hdel) > 0 {
-			p.HDel(ctx, k.CoverageParts(id), hdel...)
-		}
-		if len(done) == len(pend) {
-			p.SRem(ctx, k.CoverageFlows(), u32(id))
-		}
-		return nil
-	}, nil
-}
-
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
-
-// PartitionStart is what a new owner of an apply partition needs to know of
-// the committed position for coverage reports: the highest commit ts of the
-// committed records (0: none) and the committed checkpoint (HasCkpt false:
-// none; Idle: every region had dropped out).
-type PartitionStart struct {
-	MaxTS   uint64
-	Ckpt    uint64
-	HasCkpt bool
-	Idle    bool
-}
-
-// PartitionStart reads maxts and ckpt of a partition.
-func (s *Store) PartitionStart(ctx context.Context, topic string, partition int32) (PartitionStart, error) {
-	k := s.keys
-	vals, err := s.rdb.MGet(ctx, k.MaxTS(topic, partition), k.Ckpt(topic, partition)).Result()
-	if err != nil {
-		return PartitionStart{}, fmt.Errorf("mget maxts and ckpt of %s/%d: %w", topic, partition, err)
-	}
-	var st PartitionStart
-	if v, ok := vals[0].(string); ok {
-		if st.MaxTS, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return st, fmt.Errorf("parse %s = %q: %w", k.MaxTS(topic, partition), v, err)
-		}
-	}
-	if v, ok := vals[1].(string); ok {
-		if v == CkptIdle {
-			st.Idle = true
-		} else if st.Ckpt, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return st, fmt.Errorf("parse %s = %q: %w", k.Ckpt(topic, partition), v, err)
-		} else {
-			st.HasCkpt = true
-		}
-	}
-	return st, nil
+	return out, nil
 }

@@ -25,6 +25,9 @@ var (
 	// read the old flow's backup as its own (docs/FORMAT.md, "FlowDDL
 	// records").
 	ErrFlowIDInUse = errors.New("meta: flow id in use or used before")
+	// ErrTooManyTables refuses a create or replace with more source tables
+	// than the Applier's MaxTablesPerFlow (--max-tables-per-flow).
+	ErrTooManyTables = errors.New("meta: more source tables than --max-tables-per-flow")
 	// ErrUnexpectedValue matches every *UnexpectedValueError with errors.Is.
 	ErrUnexpectedValue = errors.New("meta: unexpected value")
 )

@@ -193,12 +193,24 @@ func (s *Store) updateTx(ctx context.Context, tx *redis.Tx, id FlowID, current, 
 		}
 		p.Set(ctx, nameKey, u32(id), 0)
 		p.Set(ctx, infoKey, want, 0)
-		old.remove(ctx, p, k)
+		old.removeFlownodes(ctx, p, k)
+		if old.sameFields(idx) {
+			// The routes stay: only the tables that changed are touched,
+			// so a replace costs what it changes, not the flow's size.
+			old.removeTables(ctx, p, k, removed)
+		} else {
+			old.removeTables(ctx, p, k, old.tables)
+		}
 		p.Del(ctx, routesKey)
 		if len(routes) > 0 {
 			p.HSet(ctx, routesKey, routeArgs(routes)...)
 		}
-		idx.write(ctx, p, k)
+		idx.writeFlownodes(ctx, p, k)
+		if old.sameFields(idx) {
+			idx.writeTables(ctx, p, k, added)
+		} else {
+			idx.writeTables(ctx, p, k, idx.tables)
+		}
 		p.SAdd(ctx, k.Flows(), u32(id))
 		p.HSetNX(ctx, k.FlowState(id), "status", StatusActive)
 		return nil

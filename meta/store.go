@@ -157,85 +157,6 @@ func readRoutes(ctx context.Context, c redis.Cmdable, key string) (map[uint32]Ro
 	return routes, nil
 }
 
-// indexSet is the index entries of one flow: flownode set members and table
-// hash fields with their Route JSON.
-type indexSet struct {
-	flownode map[uint64]map[string]bool   // flownode id -> members
-	table    map[uint32]map[string]string // table id -> field -> Route JSON
-}
-
-func newIndexSet() indexSet {
-	return indexSet{flownode: map[uint64]map[string]bool{}, table: map[uint32]map[string]string{}}
-}
-
-// add adds the entries of flow id with info and routes. The partitions are
-// those of info.FlownodeIDs and of routes; a partition's flownode is
-// FlownodeIDs[p], else its route's peer; its route is routes[p], else a
-// route to that flownode.
-func (x indexSet) add(id FlowID, info FlowInfo, routes map[uint32]Route) {
-	parts := map[uint32]uint64{}
-	for p, r := range routes {
-		parts[p] = r.Peer.ID
-	}
-	for p, n := range info.FlownodeIDs {
-		parts[p] = n
-	}
-	for p, node := range parts {
-		r, ok := routes[p]
-		if !ok {
-			r = Route{Peer: Peer{ID: node}}
-		}
-		member := u32(id) + "/" + u32(p)
-		if x.flownode[node] == nil {
-			x.flownode[node] = map[string]bool{}
-		}
-		x.flownode[node][member] = true
-		field := u64(node) + "/" + member
-		for _, t := range info.SourceTableIDs {
-			if x.table[t] == nil {
-				x.table[t] = map[string]string{}
-			}
-			x.table[t][field] = encodeRoute(r)
-		}
-	}
-}
-
-// remove queues removal of every entry of x.
-func (x indexSet) remove(ctx context.Context, p redis.Pipeliner, k Keys) {
-	for node, members := range x.flownode {
-		args := make([]any, 0, len(members))
-		for m := range members {
-			args = append(args, m)
-		}
-		p.SRem(ctx, k.Flownode(node), args...)
-	}
-	for t, fields := range x.table {
-		args := make([]string, 0, len(fields))
-		for f := range fields {
-			args = append(args, f)
-		}
-		p.HDel(ctx, k.Table(t), args...)
-	}
-}
-
-// write queues writing every entry of x.
-func (x indexSet) write(ctx context.Context, p redis.Pipeliner, k Keys) {
-	for node, members := range x.flownode {
-		args := make([]any, 0, len(members))
-		for m := range members {
-			args = append(args, m)
-		}
-		p.SAdd(ctx, k.Flownode(node), args...)
-	}
-	for t, fields := range x.table {
-		args := make([]any, 0, 2*len(fields))
-		for f, v := range fields {
-			args = append(args, f, v)
-		}
-		p.HSet(ctx, k.Table(t), args...)
-	}
-}
-
 // routeArgs is routes as HSET field/value arguments.
 func routeArgs(routes map[uint32]Route) []any {
 	args := make([]any, 0, 2*len(routes))
@@ -243,4 +164,12 @@ func routeArgs(routes map[uint32]Route) []any {
 		args = append(args, u32(p), encodeRoute(r))
 	}
 	return args
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

@@ -28,6 +28,13 @@ type TruncateDrop struct {
 	// Snapshots are snapshot.meta paths to remove from snapshots:<flow_id>;
 	// each must be of a ts below the truncation point.
 	Snapshots []string
+	// HistoryPruned is how many earlier coverage windows Truncate dropped
+	// after moving the truncation point (windows that end below it: no
+	// restore can choose them); HistoryErr is why that stopped short, if it
+	// did. Either way the truncation itself is done, and the next truncate
+	// prunes what is left.
+	HistoryPruned int
+	HistoryErr    error
 }
 
 // TruncatePlan decides what a truncate drops from the flow's listed metas
@@ -129,6 +136,7 @@ func (s *Store) Truncate(ctx context.Context, id FlowID, snap SnapshotRef, plan 
 	if err != nil {
 		return TruncateDrop{}, fmt.Errorf("truncate flow %d at %d: %w", id, snap.TS, err)
 	}
+	done.HistoryPruned, done.HistoryErr = s.PruneHistory(ctx, id)
 	return done, nil
 }
 

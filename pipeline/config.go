@@ -9,24 +9,31 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
 // Config is the pipeline's part of `consumer run`.
 type Config struct {
-	TempDir        string
-	FlushSize      cli.Size
-	FlushInterval  time.Duration
-	MaxTempBytes   cli.Size
-	MaxValueSize   cli.Size
-	RegionTTL      time.Duration
-	StartOffset    string // earliest | latest
-	StoreID        string
-	Compression    string // none | zstd
-	UploadParallel int
-	FatalAfter     int // consecutive failed cycles that make a flow fatal
-	RetryBackoff   time.Duration
-	MaxRetryDelay  time.Duration
+	TempDir       string
+	FlushSize     cli.Size
+	FlushInterval time.Duration
+	MaxTempBytes  cli.Size
+	MaxValueSize  cli.Size
+	// MaxBatchBytes is the most a fetched record batch may decompress to;
+	// a batch past it goes to the DLQ whole (bigbatch.go).
+	MaxBatchBytes cli.Size
+	// MaxTablesPerFlow is the most source tables a flow's create or
+	// replace may name; a larger one goes to the DLQ (ddl_rejected).
+	MaxTablesPerFlow int
+	RegionTTL        time.Duration
+	StartOffset      string // earliest | latest
+	StoreID          string
+	Compression      string // none | zstd
+	UploadParallel   int
+	FatalAfter       int // consecutive failed cycles that make a flow fatal
+	RetryBackoff     time.Duration
+	MaxRetryDelay    time.Duration
 	// ShutdownTimeout bounds the final flush on SIGTERM.
 	ShutdownTimeout time.Duration
 	// MaxCommitAge is the age past which a cycle's uploaded objects are
@@ -79,6 +86,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.FlushSize = 128 << 20
 	c.MaxTempBytes = 4 << 30
 	c.MaxValueSize = 8 << 20
+	c.MaxBatchBytes = defaultMaxBatchBytes
 	c.MaxMemory = defaultMaxMemory
 	f.StringVar(&c.TempDir, "temp-dir", "./flowlog-temp", "directory of its own for per-table temp files (leftovers are removed at start; a non-empty directory flowlog did not mark is refused)")
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
@@ -87,7 +95,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files holding a 32KiB write buffer at once (more write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
 	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
-	f.Var(&c.MaxValueSize, "max-value-size", "apply events with a key or value larger than this go to the DLQ")
+	f.Var(&c.MaxValueSize, "max-value-size", "apply records, and events of them, with a key or value larger than this go to the DLQ (sizes after decompression)")
+	f.IntVar(&c.MaxTablesPerFlow, "max-tables-per-flow", meta.DefaultMaxTablesPerFlow,
+		"a flow create or replace naming more source tables than this goes to the DLQ (ddl_rejected)")
+	f.Var(&c.MaxBatchBytes, "max-batch-bytes", "a fetched record batch that decompresses to more than this, or does not decompress, goes to the DLQ whole; at least --max-value-size + 64KiB")
 	f.DurationVar(&c.RegionTTL, "region-ttl", 10*time.Minute, "a region silent this long no longer holds its partition's checkpoint back")
 	f.StringVar(&c.StartOffset, "start-offset", "earliest", "where a partition with no committed offset starts: earliest or latest")
 	f.StringVar(&c.StoreID, "store-id", host, "identifies this instance in object metadata and cycle ids")
@@ -132,8 +143,15 @@ func (c *Config) Validate() error {
 	if c.MaxValueSize <= 0 {
 		errs = append(errs, errors.New("--max-value-size: must be positive"))
 	}
+	if c.MaxBatchBytes != 0 && c.MaxBatchBytes < c.MaxValueSize+minBatchOverValue {
+		errs = append(errs, fmt.Errorf("--max-batch-bytes (%d) must be at least --max-value-size + 64KiB (%d): a batch must hold one record of the largest size",
+			int64(c.MaxBatchBytes), int64(c.MaxValueSize+minBatchOverValue)))
+	}
 	if c.MaxClockSkew < 0 {
 		errs = append(errs, errors.New("--max-clock-skew: must not be negative (0: the default)"))
+	}
+	if c.MaxTablesPerFlow < 0 {
+		errs = append(errs, errors.New("--max-tables-per-flow: must not be negative (0: the default)"))
 	}
 	if c.StallTimeout < 0 {
 		errs = append(errs, errors.New("--stall-timeout: must not be negative"))
@@ -174,6 +192,24 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// defaultMaxBatchBytes is --max-batch-bytes' default: twice the default
+// --max-value-size; a producer's batches are 1 MiB or less uncompressed
+// unless it was told otherwise.
+const defaultMaxBatchBytes = 16 << 20
+
+// minBatchOverValue is the room a batch needs past --max-value-size for
+// its record's key, headers and framing.
+const minBatchOverValue = 64 << 10
+
+// batchMax is --max-batch-bytes, or its default when the Config leaves it
+// zero.
+func (c *Config) batchMax() int {
+	if c.MaxBatchBytes <= 0 {
+		return max(defaultMaxBatchBytes, int(c.MaxValueSize+minBatchOverValue))
+	}
+	return int(c.MaxBatchBytes)
 }
 
 // adminToken is the token POST /flush requires, "" for none, read from

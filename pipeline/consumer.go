@@ -75,6 +75,8 @@ type Consumer struct {
 	// again (/readyz reports it).
 	tempFault atomic.Pointer[error]
 
+	status statusCache // the flows' Redis part of /status
+
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status
 	lastCyc CycleStatus
@@ -211,6 +213,16 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// the batches fetched (fetchsize.go).
 	sizer, first := newFetchSizer(c.cfg.fetchMaxBytes(), func(n int32) { c.m.fetchMaxBytes.Set(float64(n)) })
 	opts = append(opts, kgo.FetchMaxBytes(first), kgo.FetchMaxPartitionBytes(first), kgo.WithHooks(sizer))
+	// ... and decompressed within bounds of its own: per batch
+	// --max-batch-bytes, per poll the fetch share (decompress.go).
+	dec, err := newBatchDecompressor(c.cfg.batchMax(), c.cfg.MemoryBudget()/fetchShare)
+	if err != nil {
+		return err
+	}
+	defer dec.close()
+	dec.onDefer = c.m.fetchDeferred.Inc
+	s.dec = dec
+	opts = append(opts, kgo.WithDecompressor(dec))
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))

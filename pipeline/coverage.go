@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/flowlog/flowlog/meta"
@@ -11,14 +12,16 @@ import (
 // Coverage reports (docs/FORMAT.md, "Coverage rule"; the Redis side is in
 // meta/coverage.go).
 //
-// A partition's value for a pending entry is the one at its routing
-// boundary: the moment the consume loop first routed with the table added
-// (or without it). The loop captures those values when it sees the change
+// A partition's values for a pending step are those at its routing
+// boundary: the moment the consume loop first routed with the step's
+// tables added and removed. The loop captures them when it sees the change
 // (observeFlows, before it routes another record) and reports them once
-// Redis shows the entry and the registry routes the flow as Redis holds it,
+// Redis shows the step and the registry routes the flow as Redis holds it,
 // which may be later. A partition assigned after the change routed the new
 // definition from its start offset, so its values are those of the
-// committed position there.
+// committed position there. Each report also says up to which step the
+// boundary moved (upto): the steps one registry refresh jumped over share
+// a boundary, so that the finalizer can treat them as one change.
 
 // covCapture is a partition's boundary values for the pending entries of
 // one flow numbered after < seq <= upto: the entries of the DDL the consume
@@ -30,6 +33,12 @@ type covCapture struct {
 	after, upto  uint64
 	since, until covValue
 }
+
+// The two bounds of a step's values.
+const (
+	boundSince = "since" // of the tables it adds
+	boundUntil = "until" // of the tables it removes
+)
 
 // covEntry keys a pending entry a partition has reported.
 type covEntry struct {
@@ -45,10 +54,14 @@ type covValue struct {
 
 // partCoverage is a partition's coverage state in this session.
 type partCoverage struct {
-	start    meta.PartitionStart
-	captured []covCapture
-	reported map[covEntry]bool
-	reports  []meta.CoverageReport // valued, for the next freeze
+	start meta.PartitionStart
+	// startSeqs are the flows' coverage seqs in the view the partition
+	// started routing with (nil until the session's first view): the
+	// steps up to them were crossed at the start position.
+	startSeqs map[meta.FlowID]uint64
+	captured  []covCapture
+	reported  map[covEntry]bool
+	reports   []meta.CoverageReport // valued, for the next freeze
 }
 
 func newPartCoverage(start meta.PartitionStart) partCoverage {
@@ -62,7 +75,13 @@ func newPartCoverage(start meta.PartitionStart) partCoverage {
 // when tables were lost.
 func (s *session) captureBoundaries(old, now flowView) {
 	if old.tables == nil {
-		return // the session's first view: partitions start on it
+		// The session's first view: partitions start on it.
+		for _, ps := range s.parts {
+			if ps.cov.startSeqs == nil {
+				ps.cov.startSeqs = now.seqs
+			}
+		}
+		return
 	}
 	var caps []covCapture
 	for id := range now.tables {
@@ -85,8 +104,8 @@ func (s *session) captureBoundaries(old, now flowView) {
 	}
 	tnow := time.Now()
 	for _, ps := range s.parts {
-		since := s.boundaryValue(ps, meta.CoverageSince, tnow)
-		until := s.boundaryValue(ps, meta.CoverageUntil, tnow)
+		since := s.boundaryValue(ps, boundSince, tnow)
+		until := s.boundaryValue(ps, boundUntil, tnow)
 		for _, c := range caps {
 			c.since, c.until = since, until
 			ps.cov.captured = append(ps.cov.captured, c)
@@ -94,19 +113,32 @@ func (s *session) captureBoundaries(old, now flowView) {
 	}
 }
 
-// capturedValue is ps's captured value for entry e of flow id, and false if
-// the entry came before the partition's first view (its value is then that
-// of its start position).
-func (pc *partCoverage) capturedValue(id meta.FlowID, e meta.CoverageEntry) (covValue, bool) {
+// report is ps's report of step e of flow id: the values captured at the
+// boundary that crossed it, or, for a step before the partition's first
+// view, those of its start position, crossed with every step up to that
+// view's.
+func (pc *partCoverage) report(id meta.FlowID, e meta.CoverageEntry) (since, until covValue, upto uint64) {
 	for _, c := range pc.captured {
 		if c.flow == id && c.after < e.Seq && e.Seq <= c.upto {
-			if e.Kind == meta.CoverageSince {
-				return c.since, true
-			}
-			return c.until, true
+			return c.since, c.until, c.upto
 		}
 	}
-	return covValue{}, false
+	return startValue(pc.start, boundSince), startValue(pc.start, boundUntil), max(pc.startSeqs[id], e.Seq)
+}
+
+// forget drops what no pending step of flows can use any more: the reports
+// made of steps no longer pending and the captures below every pending
+// step, so that a long session keeps only what its pending steps need.
+func (pc *partCoverage) forget(pending map[meta.FlowID]uint64) {
+	for k := range pc.reported {
+		if first, ok := pending[k.flow]; !ok || k.seq < first {
+			delete(pc.reported, k)
+		}
+	}
+	pc.captured = slices.DeleteFunc(pc.captured, func(c covCapture) bool {
+		first, ok := pending[c.flow]
+		return !ok || c.upto < first
+	})
 }
 
 // boundaryValue is ps's value for a bound of kind now: for since, the
@@ -117,7 +149,7 @@ func (s *session) boundaryValue(ps *partState, kind string, now time.Time) covVa
 	if ps.next < 0 {
 		return startValue(ps.cov.start, kind)
 	}
-	if kind == meta.CoverageSince {
+	if kind == boundSince {
 		return covValue{ts: ps.maxTS}
 	}
 	ck, ok := ps.checkpoint(now, s.c.cfg.RegionTTL)
@@ -131,7 +163,7 @@ func (s *session) boundaryValue(ps *partState, kind string, now time.Time) covVa
 // committed max ts for since; for until the committed checkpoint, idle if
 // it was idle, and 0 (nothing covered) if there is none.
 func startValue(st meta.PartitionStart, kind string) covValue {
-	if kind == meta.CoverageSince {
+	if kind == boundSince {
 		return covValue{ts: st.MaxTS}
 	}
 	if st.Idle {
@@ -140,10 +172,11 @@ func startValue(st meta.PartitionStart, kind string) covValue {
 	return covValue{ts: st.Ckpt}
 }
 
-// collectCoverage turns pending entries into reports of every owned
+// collectCoverage turns pending steps into reports of every owned
 // partition that has not reported them, for the flows the registry routes
-// as Redis holds them now. A failure leaves s.covDirty set: the values are
-// captured already, so a later try reports the same ones.
+// as Redis holds them now (the same coverage seq). A failure leaves
+// s.covDirty set: the values are captured already, so a later try reports
+// the same ones.
 func (s *session) collectCoverage(ctx context.Context) {
 	c := s.c
 	pending, err := c.d.Store.PendingCoverage(ctx)
@@ -152,9 +185,11 @@ func (s *session) collectCoverage(ctx context.Context) {
 		return
 	}
 	s.covDirty = false
+	first := make(map[meta.FlowID]uint64, len(pending))
 	for _, pf := range pending {
+		first[pf.ID] = pf.Entries[0].Seq
 		f, known := c.d.Registry.Flow(pf.ID)
-		if pf.Exists != known || known && !f.Info.UpdatedTime.Equal(pf.Info.UpdatedTime) {
+		if pf.Exists != known || known && f.CoverageSeq != pf.Seq {
 			s.covDirty = true // the registry lags Redis: after its refresh
 			continue
 		}
@@ -165,15 +200,17 @@ func (s *session) collectCoverage(ctx context.Context) {
 					continue
 				}
 				ps.cov.reported[key] = true
-				v, ok := ps.cov.capturedValue(pf.ID, e)
-				if !ok {
-					v = startValue(ps.cov.start, e.Kind)
-				}
+				since, until, upto := ps.cov.report(pf.ID, e)
 				ps.cov.reports = append(ps.cov.reports, meta.CoverageReport{
-					FlowID: pf.ID, Seq: e.Seq, Topic: c.d.ApplyTopic, Partition: ps.partition, TS: v.ts, Idle: v.idle,
+					FlowID: pf.ID, Seq: e.Seq, Topic: c.d.ApplyTopic, Partition: ps.partition,
+					Since: meta.CoverageValue{TS: since.ts, Idle: since.idle},
+					Until: meta.CoverageValue{TS: until.ts, Idle: until.idle}, Upto: upto,
 				})
 			}
 		}
+	}
+	for _, ps := range s.parts {
+		ps.cov.forget(first)
 	}
 }
 

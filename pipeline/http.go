@@ -16,30 +16,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-const (
-	// flushWait bounds how long POST /flush waits for its cycle's commit.
-	flushWait = 5 * time.Minute
-	// readyProbeTTL is how long a /readyz probe of Redis, Kafka and GCS is
-	// reused, so that frequent probes cost the backends one call a second.
-	readyProbeTTL = time.Second
-	// readyProbeTimeout bounds one probe.
-	readyProbeTimeout = 3 * time.Second
-)
+// flushWait bounds how long POST /flush waits for its cycle's commit.
+const flushWait = 5 * time.Minute
 
 // Handler serves the consumer's HTTP surface:
 //
 //	/metrics   Prometheus metrics of gatherer
 //	/healthz   200 while the process runs
-//	/readyz    200 when ready(ctx) is nil and the consumer is in a group session
-//	/status    JSON Status
+//	/readyz    200 when every probe passes and the consumer is in a group session
+//	/status    JSON Status, with the probes' last outcomes
 //	/flush     POST: run a flush cycle now and wait for its commit
 //
 // POST /flush needs "Authorization: Bearer <token>" when the Config has an
 // admin token (--admin-token or --admin-token-file); without one it is served
 // to loopback clients only. Requests that arrive while a flush is in flight
 // share the one cycle started after it, so concurrent requests cost at most
-// two cycles. The outcome of ready is reused for a second.
-func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) error) http.Handler {
+// two cycles.
+//
+// /readyz and /status answer within a second whatever Redis, Kafka and GCS
+// do (prober, Consumer.Status): a dependency that does not answer makes
+// /readyz fail at once, naming it ("redis: no answer for 0.8s"), and
+// /status answers from what the consumer holds and read last.
+func Handler(c *Consumer, g prometheus.Gatherer, probes ...Probe) http.Handler {
 	token, err := c.cfg.adminToken()
 	if err != nil {
 		// Validate read it moments ago; fail closed if it is gone now.
@@ -47,7 +45,7 @@ func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) err
 	}
 	auth := adminAuth{token: token, broken: err != nil}
 	flushes := &flushGroup{flush: c.Flush}
-	probe := &probeCache{probe: ready}
+	pr := newProber(probes)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -63,19 +61,25 @@ func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) err
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if ready != nil {
-			if err := probe.check(r.Context()); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
+		var bad []string
+		for _, d := range pr.check(r.Context(), probeDeadline) {
+			if p := d.problem(); p != "" {
+				bad = append(bad, p)
 			}
+		}
+		if len(bad) > 0 {
+			http.Error(w, strings.Join(bad, "; "), http.StatusServiceUnavailable)
+			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st := c.Status()
+		st.Dependencies = pr.check(r.Context(), 0)
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(c.Status())
+		_ = enc.Encode(st)
 	})
 	mux.HandleFunc("POST /flush", func(w http.ResponseWriter, r *http.Request) {
 		if !auth.allow(w, r) {
@@ -95,16 +99,17 @@ func Handler(c *Consumer, g prometheus.Gatherer, ready func(context.Context) err
 }
 
 // NewHTTPServer returns the server of h with timeouts that keep slow or idle
-// clients from holding connections: headers within 10s, a request within
+// clients from holding connections: headers within 5s, a request within
 // 30s, a response within 1m (POST /flush extends its own deadline past its
-// 5m wait), idle keep-alive connections closed after 2m.
+// 5m wait), idle keep-alive connections closed after 30s. Serve it on an
+// HTTPListener, which bounds how many connections it holds at once.
 func NewHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      time.Minute,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       30 * time.Second,
 	}
 }
 
@@ -204,29 +209,4 @@ func (g *flushGroup) startLocked() {
 		}
 		g.mu.Unlock()
 	}()
-}
-
-// probeCache runs a readiness probe at most once per readyProbeTTL; callers
-// arriving meanwhile wait for the running probe and share its outcome.
-type probeCache struct {
-	probe func(context.Context) error
-
-	mu  sync.Mutex
-	at  time.Time
-	err error
-}
-
-func (p *probeCache) check(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.at.IsZero() && time.Since(p.at) < readyProbeTTL {
-		return p.err
-	}
-	// Detached from the request, so a client that hangs up does not leave
-	// a canceled probe's error cached for the others.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyProbeTimeout)
-	defer cancel()
-	p.err = p.probe(pctx)
-	p.at = time.Now()
-	return p.err
 }

@@ -72,7 +72,7 @@ func TestFlushNeedsTokenOrLoopback(t *testing.T) {
 					cfg.AdminTokenFile = tokenFile
 				}
 			})
-			h := pipeline.Handler(c, prometheus.NewRegistry(), nil)
+			h := pipeline.Handler(c, prometheus.NewRegistry())
 			req := httptest.NewRequest(http.MethodPost, "/flush", nil)
 			req.RemoteAddr = tc.remote
 			if tc.header != "" {
@@ -185,7 +185,7 @@ func TestConcurrentFlushRequestsShareCycles(t *testing.T) {
 	id := r.createFlow("coalesce", 1)
 	r.produceBatch(putBatch(1, 1, 0, 10, 0))
 	r.eventually(10*time.Second, func() bool { return testutil.ToFloat64(r.cons.MetricEventsWritten()) == 10 }, "events written")
-	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom, nil))
+	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom))
 	defer srv.Close()
 
 	const n = 20
@@ -229,7 +229,7 @@ func TestFlushOutlastsWriteTimeout(t *testing.T) {
 	r.produceBatch(putBatch(1, 1, 0, 5, 0))
 	r.eventually(10*time.Second, func() bool { return testutil.ToFloat64(r.cons.MetricEventsWritten()) == 5 }, "events written")
 
-	srv := pipeline.NewHTTPServer(pipeline.Handler(r.cons, r.prom, nil))
+	srv := pipeline.NewHTTPServer(pipeline.Handler(r.cons, r.prom))
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
 		t.Fatalf("server timeouts not all set: header %v read %v write %v idle %v",
 			srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
@@ -258,10 +258,10 @@ func TestReadyzProbesAtMostOncePerSecond(t *testing.T) {
 	r := newRig(t, 1, sink.NewMemBucket(), nil)
 	r.start()
 	var probes atomic.Int64
-	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom, func(context.Context) error {
+	srv := httptest.NewServer(pipeline.Handler(r.cons, r.prom, pipeline.Probe{Name: "backend", Check: func(context.Context) error {
 		probes.Add(1)
 		return nil
-	}))
+	}}))
 	defer srv.Close()
 	get := func() int {
 		resp, err := http.Get(srv.URL + "/readyz")

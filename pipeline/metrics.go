@@ -28,6 +28,7 @@ type metrics struct {
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
+	fetchDeferred   prometheus.Counter
 
 	// Series of the per-record path, resolved once.
 	written, skipLock, skipNoFlow, skipNoTable prometheus.Counter
@@ -124,11 +125,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "fetch_max_bytes",
 			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
 		}),
+		fetchDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "fetch_batches_deferred_total",
+			Help: "Fetched record batches left in Kafka for the next poll because the poll's batches had decompressed to the fetch share of --max-memory.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
-			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes)
+			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes,
+			m.fetchDeferred)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

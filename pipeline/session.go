@@ -36,6 +36,7 @@ type session struct {
 	adm    *kadm.Client
 	fl     *flusher
 	router *Router
+	dec    *batchDecompressor // the client's, bounded (decompress.go)
 
 	mu      sync.Mutex
 	parts   map[int32]*partState
@@ -53,6 +54,9 @@ type session struct {
 
 	batch  event.Batch
 	parsed []parsedEvent
+
+	statusMu   sync.Mutex   // guards lastStatus
+	lastStatus partSnapshot // the partitions as Status last read them
 
 	lateLogged time.Time // when late events were last logged
 	lateCount  int       // late events since then
@@ -101,7 +105,14 @@ func (s *session) loop(ctx context.Context) error {
 			return errors.New("kafka client closed")
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			var tooLarge *kgo.ErrDecompressTooLarge
+			switch {
+			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+			case errors.Is(err, errFetchBudget):
+				// Fetched again after this poll (decompress.go).
+			case errors.As(err, &tooLarge):
+				// To the DLQ in process (bigbatch.go).
+			default:
 				s.c.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
@@ -128,6 +139,7 @@ func (s *session) loop(ctx context.Context) error {
 		s.mu.Lock()
 		err = s.process(ctx, fetches, applied)
 		s.mu.Unlock()
+		s.dec.reset() // what was decompressed for this poll is handled
 		s.cl.AllowRebalance()
 		if err != nil {
 			return err
@@ -210,6 +222,10 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 				s.freeze(triggerFiles)
 			}
 		}
+		var tooLarge *kgo.ErrDecompressTooLarge
+		if errors.As(fp.Err, &tooLarge) {
+			perr = s.skipBatch(ctx, ps, tooLarge)
+		}
 	})
 	if perr != nil {
 		return perr
@@ -259,6 +275,9 @@ func (s *session) backpressure() {
 // written and it goes to the DLQ.
 func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) error {
 	c := s.c
+	if len(r.Value) > int(c.cfg.MaxValueSize) {
+		return s.toDLQ(ctx, r, 1, reasonTooLarge, fmt.Errorf("record value %d bytes exceeds --max-value-size %d", len(r.Value), c.cfg.MaxValueSize))
+	}
 	if err := event.DecodeBatch(&s.batch, r.Value, event.ContentType(r)); err != nil {
 		return s.toDLQ(ctx, r, 1, decodeReason(err), err)
 	}
@@ -281,7 +300,7 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			continue
 		}
 		if len(ev.Key) > maxSize || len(ev.Value) > maxSize {
-			return s.toDLQ(ctx, r, len(s.batch.Events), "too_large", fmt.Errorf("event %d: key %d or value %d bytes exceeds --max-value-size %d", i, len(ev.Key), len(ev.Value), maxSize))
+			return s.toDLQ(ctx, r, len(s.batch.Events), reasonTooLarge, fmt.Errorf("event %d: key %d or value %d bytes exceeds --max-value-size %d", i, len(ev.Key), len(ev.Value), maxSize))
 		}
 		enc, ts, err := event.SplitDataKey(ev.Key)
 		if err != nil {
@@ -535,6 +554,9 @@ func (s *session) adjustOffsets(ctx context.Context, offsets map[string]map[int3
 		start = s.boundStart(p, start)
 		ps := &partState{partition: p, lease: lease, regions: map[uint64]*regionState{},
 			maxTS: start.MaxTS, cov: newPartCoverage(start)}
+		if s.flows.tables != nil {
+			ps.cov.startSeqs = s.flows.seqs // routes from its start with this view
+		}
 		if start.HasCkpt {
 			ps.lateBelow = start.Ckpt
 		}

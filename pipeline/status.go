@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/flowlog/flowlog/meta"
@@ -34,18 +35,24 @@ type PartitionStatus struct {
 
 // FlowStatus is one flow as this instance sees it.
 type FlowStatus struct {
-	ID      uint32   `json:"id"`
-	Catalog string   `json:"catalog"`
-	Name    string   `json:"name"`
-	Tables  []uint32 `json:"tables"`
-	Fatal   bool     `json:"fatal"`
+	ID      uint32 `json:"id"`
+	Catalog string `json:"catalog"`
+	Name    string `json:"name"`
+	// Tables are the flow's source tables, left out (TableCount only)
+	// when there are more than statusMaxTables.
+	Tables     []uint32 `json:"tables,omitempty"`
+	TableCount int      `json:"table_count"`
+	Fatal      bool     `json:"fatal"`
 	// Windows are the tables' current coverage windows; absent
-	// while they are being established or when Redis did not answer.
-	Windows []meta.Window `json:"windows,omitempty"`
+	// while they are being established, when the flow has more than
+	// statusMaxTables windows (WindowCount still says how many) or when
+	// Redis has not answered yet.
+	Windows     []meta.Window `json:"windows,omitempty"`
+	WindowCount int           `json:"window_count"`
 	// SnapshotTS is the ts of the newest listed snapshot and
 	// TruncatedBefore the truncation point; 0 for none or when
-	// Redis did not answer. `consumer flows` also shows the log bytes
-	// after the snapshot, which takes reading the metas from GCS.
+	// Redis has not answered yet. `consumer flows` also shows the log
+	// bytes after the snapshot, which takes reading the metas from GCS.
 	SnapshotTS      uint64 `json:"snapshot_ts"`
 	TruncatedBefore uint64 `json:"truncated_before"`
 }
@@ -60,6 +67,17 @@ type Status struct {
 	InflightBytes  int64             `json:"inflight_bytes"`
 	InflightCycles int               `json:"inflight_cycles"`
 	LastCycle      CycleStatus       `json:"last_cycle"`
+	// FlowsAsOf is when the flows' Redis part (windows, snapshot,
+	// truncation point) was read; FlowsError says why it is older than
+	// this request, when it is.
+	FlowsAsOf  time.Time `json:"flows_as_of,omitzero"`
+	FlowsError string    `json:"flows_error,omitempty"`
+	// PartitionsAsOf is set when the consume loop was busy for the whole
+	// of the request: the partitions are those of that time.
+	PartitionsAsOf time.Time `json:"partitions_as_of,omitzero"`
+	// Dependencies are the readiness checks of Redis, Kafka and GCS as
+	// /readyz last ran them (the HTTP handler fills them in).
+	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
 	// TSAheadSeconds is how far the newest ts accepted in the last cycle
 	// lay ahead of this consumer's clock (ts_ahead_seconds): a producer
 	// clock running ahead, by at most --max-clock-skew.
@@ -68,8 +86,23 @@ type Status struct {
 	MaxClockSkewSeconds float64 `json:"max_clock_skew_seconds"`
 }
 
+// statusMaxTables bounds the tables and windows /status lists per flow:
+// a flow of 100,000 tables would make every request megabytes.
+const statusMaxTables = 1000
+
+// How long Status waits for Redis and for the consume loop before it
+// answers from what it read before: within the 1 s a probe gives it.
+const (
+	statusRedisWait = 500 * time.Millisecond
+	statusLockWait  = 200 * time.Millisecond
+	statusRedisTime = 5 * time.Second // one read of the flows' Redis part
+)
+
 // Status reports what the consumer holds now. It is safe to call from any
-// goroutine.
+// goroutine and returns within statusRedisWait + statusLockWait whatever
+// Redis and the consume loop do: the flows' Redis part comes from the
+// newest read that finished (statusCache), the partitions from the last
+// time the consume loop let go of its state.
 func (c *Consumer) Status() Status {
 	c.mu.Lock()
 	s := c.cur
@@ -80,44 +113,165 @@ func (c *Consumer) Status() Status {
 		fatal[id] = true
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	for _, f := range c.d.Registry.Flows() {
+	flows := c.d.Registry.Flows()
+	sums, asOf, serr := c.status.read(c, flows, statusRedisWait)
+	st.FlowsAsOf = asOf
+	if serr != nil {
+		st.FlowsError = serr.Error()
+	}
+	for _, f := range flows {
 		fs := FlowStatus{ID: f.ID, Catalog: f.Info.CatalogName, Name: f.Info.FlowName,
-			Tables: f.Info.SourceTableIDs, Fatal: fatal[f.ID]}
-		if cur, _, err := c.d.Store.Windows(ctx, f.ID); err == nil {
-			for _, t := range slices.Sorted(maps.Keys(cur)) {
-				fs.Windows = append(fs.Windows, cur[t])
+			TableCount: len(f.Info.SourceTableIDs), Fatal: fatal[f.ID]}
+		if fs.TableCount <= statusMaxTables {
+			fs.Tables = f.Info.SourceTableIDs
+		}
+		if sum, ok := sums[f.ID]; ok {
+			fs.WindowCount, fs.SnapshotTS, fs.TruncatedBefore = sum.WindowCount, sum.SnapshotTS, sum.TruncatedBefore
+			for _, t := range slices.Sorted(maps.Keys(sum.Windows)) {
+				fs.Windows = append(fs.Windows, sum.Windows[t])
 			}
 		}
-		if snaps, err := c.d.Store.Snapshots(ctx, f.ID); err == nil && len(snaps) > 0 {
-			fs.SnapshotTS = snaps[len(snaps)-1].TS
-		}
-		fs.TruncatedBefore, _, _ = c.d.Store.TruncatedBefore(ctx, f.ID)
 		st.Flows = append(st.Flows, fs)
 	}
 	if s == nil {
 		return st
 	}
 	st.Running = true
-	s.mu.Lock()
-	st.Paused = s.paused
-	st.TempBytes = s.gen.bytes
-	for _, ps := range s.parts {
-		lag := int64(0)
-		if ps.next >= 0 && ps.hwm > ps.next {
-			lag = ps.hwm - ps.next
-		}
-		st.Partitions = append(st.Partitions, PartitionStatus{Partition: ps.partition, LeaseEpoch: ps.lease.Epoch,
-			Next: ps.next, HighWatermark: ps.hwm, Lag: lag, Regions: len(ps.regions)})
+	parts, paused, tempBytes, at, fresh := s.partitionStatus(statusLockWait)
+	st.Partitions, st.Paused, st.TempBytes = parts, paused, tempBytes
+	if !fresh {
+		st.PartitionsAsOf = at
 	}
-	s.mu.Unlock()
-	sort.Slice(st.Partitions, func(i, j int) bool { return st.Partitions[i].Partition < st.Partitions[j].Partition })
 	st.InflightBytes = s.fl.inflightBytes()
 	s.fl.mu.Lock()
 	st.InflightCycles = len(s.fl.inflight)
 	s.fl.mu.Unlock()
 	return st
+}
+
+// partitionStatus reads the session's partitions, waiting up to wait for
+// the consume loop to let go of them (it holds them while it routes a
+// fetch, and while a rebalance callback talks to Redis); past that, it
+// returns those of the last read, with when it was, and fresh false.
+func (s *session) partitionStatus(wait time.Duration) (parts []PartitionStatus, paused bool, tempBytes int64, at time.Time, fresh bool) {
+	deadline := time.Now().Add(wait)
+	for !s.mu.TryLock() {
+		if time.Now().After(deadline) {
+			s.statusMu.Lock()
+			defer s.statusMu.Unlock()
+			return s.lastStatus.parts, s.lastStatus.paused, s.lastStatus.tempBytes, s.lastStatus.at, false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	paused, tempBytes = s.paused, s.gen.bytes
+	for _, ps := range s.parts {
+		lag := int64(0)
+		if ps.next >= 0 && ps.hwm > ps.next {
+			lag = ps.hwm - ps.next
+		}
+		parts = append(parts, PartitionStatus{Partition: ps.partition, LeaseEpoch: ps.lease.Epoch,
+			Next: ps.next, HighWatermark: ps.hwm, Lag: lag, Regions: len(ps.regions)})
+	}
+	s.mu.Unlock()
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Partition < parts[j].Partition })
+	s.statusMu.Lock()
+	s.lastStatus = partSnapshot{parts: parts, paused: paused, tempBytes: tempBytes, at: time.Now()}
+	s.statusMu.Unlock()
+	return parts, paused, tempBytes, time.Time{}, true
+}
+
+// partSnapshot is the partitions part of the last Status that got them.
+type partSnapshot struct {
+	parts     []PartitionStatus
+	paused    bool
+	tempBytes int64
+	at        time.Time
+}
+
+// statusCache holds the newest read of the flows' Redis part. A Status
+// call wants a read that started after it was called; it starts one unless
+// one is running, waits for it up to its wait, and otherwise answers with
+// the newest read that finished and the reason it is not newer. At most
+// one read runs at a time, so a Redis that does not answer costs one
+// stuck read, not one per request.
+type statusCache struct {
+	mu      sync.Mutex
+	running chan struct{} // closed when the running read ends; nil if none
+	started time.Time     // when the running read started
+	sums    map[meta.FlowID]meta.FlowSummary
+	at      time.Time // when the newest finished read started
+	err     error     // the error of the last read, nil if it succeeded
+}
+
+func (sc *statusCache) read(c *Consumer, flows []*meta.Flow, wait time.Duration) (map[meta.FlowID]meta.FlowSummary, time.Time, error) {
+	called := time.Now()
+	deadline := called.Add(wait)
+	for {
+		sc.mu.Lock()
+		if !sc.at.Before(called) && sc.err == nil {
+			defer sc.mu.Unlock()
+			return sc.sums, sc.at, nil
+		}
+		if sc.running == nil {
+			sc.start(c, flows)
+		}
+		running, started := sc.running, sc.started
+		sc.mu.Unlock()
+		left := time.Until(deadline)
+		if left <= 0 {
+			return sc.stale(started)
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-running:
+			t.Stop()
+			sc.mu.Lock()
+			err := sc.err
+			sc.mu.Unlock()
+			if err != nil && !started.Before(called) {
+				return sc.stale(time.Time{})
+			}
+		case <-t.C:
+			return sc.stale(started)
+		}
+	}
+}
+
+// start starts a read; must hold sc.mu.
+func (sc *statusCache) start(c *Consumer, flows []*meta.Flow) {
+	done := make(chan struct{})
+	started := time.Now()
+	sc.running, sc.started = done, started
+	ids := make([]meta.FlowID, len(flows))
+	for i, f := range flows {
+		ids[i] = f.ID
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), statusRedisTime)
+		sums, err := c.d.Store.FlowSummaries(ctx, ids, statusMaxTables)
+		cancel()
+		sc.mu.Lock()
+		if err == nil {
+			sc.sums, sc.at = sums, started
+		}
+		sc.err, sc.running = err, nil
+		sc.mu.Unlock()
+		close(done)
+	}()
+}
+
+// stale answers with the newest finished read and why nothing newer is
+// there: the last read's error, or a read running since started.
+func (sc *statusCache) stale(started time.Time) (map[meta.FlowID]meta.FlowSummary, time.Time, error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	switch {
+	case sc.running != nil && !started.IsZero():
+		return sc.sums, sc.at, fmt.Errorf("redis: no answer for %.1fs", time.Since(started).Seconds())
+	case sc.err != nil:
+		return sc.sums, sc.at, fmt.Errorf("redis: %w", sc.err)
+	}
+	return sc.sums, sc.at, nil
 }
 
 // Stalled returns an error when the consume loop has handled no record for

@@ -103,7 +103,8 @@ func TestGCSnapshots(t *testing.T) {
 	var reps []meta.CoverageReport
 	for _, pf := range pending {
 		for _, en := range pf.Entries {
-			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: h.Lease.Topic, Partition: h.Lease.Partition, TS: h.Checkpoint})
+			reps = append(reps, meta.CoverageReport{FlowID: pf.ID, Seq: en.Seq, Topic: h.Lease.Topic, Partition: h.Lease.Partition,
+				Since: meta.CoverageValue{TS: h.Checkpoint}, Until: meta.CoverageValue{TS: h.Checkpoint}})
 		}
 	}
 	if err := h.Store.Commit(ctx, meta.Commit{Leases: []meta.Lease{h.Lease}, Coverage: reps}); err != nil {

@@ -189,6 +189,7 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 
 	applier, err := meta.NewApplier(store, registry, meta.ApplierConfig{
 		Topic: cfg.conn.Kafka.DDLTopic, KafkaOpts: kopts, DLQ: dlqw, Logger: log, Registerer: reg,
+		MaxTablesPerFlow: cfg.pipe.MaxTablesPerFlow,
 	})
 	if err != nil {
 		return fmt.Errorf("ddl applier: %w", err)
@@ -223,17 +224,12 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		return err
 	}
 
-	ready := func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		if err := dlqClient.Ping(ctx); err != nil {
-			return fmt.Errorf("kafka: %w", err)
-		}
-		if err := bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil }); err != nil {
-			return fmt.Errorf("gcs: %w", err)
-		}
-		return nil
+	probes := []pipeline.Probe{
+		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		{Name: "kafka", Check: dlqClient.Ping},
+		{Name: "gcs", Check: func(ctx context.Context) error {
+			return bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil })
+		}},
 	}
 	var srv *http.Server
 	if cfg.conn.HTTPAddr != "" {
@@ -241,9 +237,9 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, ready))
+		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, probes...))
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(pipeline.HTTPListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()

@@ -171,6 +171,9 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	case err != nil:
 		return explainTruncate(err, &cfg.Until)
 	}
+	if done.Removed.HistoryErr != nil {
+		fmt.Fprintf(os.Stderr, "warning: pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
+	}
 	cfg.out.printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Removed.Metas), len(done.Removed.Snapshots), objectsSummary(done.Objects, plan.Tables()))
 	var deleted atomic.Int64

@@ -27,9 +27,10 @@ var ErrRejected = errors.New("rejected by the consumer")
 
 // ddlWaiter tells, for a DDL record it saw published, whether a consumer
 // applied it or rejected it: a consumer's DDL applier advances
-// ddl:offset:<topic>:<partition> in Redis past every record it handled,
-// and writes a rejected record to the DLQ, with headers naming the
-// record's partition and offset, before it advances the offset.
+// ddl:offset:<topic>:<partition> in Redis past every record it handled.
+// A rejected record is claimed in the same transaction that advances the
+// offset, then written to the DLQ with headers naming the record's
+// partition and offset, and only then is the claim deleted.
 type ddlWaiter struct {
 	kc       kafkaconf.Config
 	store    *meta.Store
@@ -100,7 +101,17 @@ func (w *ddlWaiter) wait(ctx context.Context, rec *kgo.Record, stderr io.Writer)
 		off, ok, err := w.store.DDLOffset(ctx, rec.Topic, rec.Partition)
 		switch {
 		case err == nil && ok && off > rec.Offset:
-			return w.verdict(ctx, rec)
+			// A rejection advances ddl:offset together with a claim on the
+			// DLQ record, and the record is sent after: while the claim is
+			// pending the DLQ does not yet tell the verdict.
+			owed, perr := w.rejectOwed(ctx, rec)
+			if perr != nil && ctx.Err() == nil {
+				return perr
+			}
+			if perr == nil && !owed {
+				return w.verdict(ctx, rec)
+			}
+			seen = off
 		case err == nil && ok:
 			seen = off
 		case err != nil && ctx.Err() == nil:
@@ -131,9 +142,25 @@ func offsetText(off int64) string {
 	return strconv.FormatInt(off, 10)
 }
 
+// rejectOwed reports whether a consumer has claimed rec for the DLQ and
+// not yet sent its DLQ record.
+func (w *ddlWaiter) rejectOwed(ctx context.Context, rec *kgo.Record) (bool, error) {
+	claims, err := w.store.PendingDDLRejects(ctx, rec.Topic, rec.Partition)
+	if err != nil {
+		return false, fmt.Errorf("--wait: read pending rejections in redis at %s: %w", w.redisURL, err)
+	}
+	for _, c := range claims {
+		if c.Offset == rec.Offset {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // verdict looks for rec in the DLQ records written since the waiter was
-// created: the consumer wrote it there before it advanced ddl:offset, so
-// if it is not there now, rec was applied.
+// created. It is called once ddl:offset passed rec and no rejection of rec
+// is pending: a rejected record is in the DLQ by then, so if it is not
+// there, rec was applied.
 func (w *ddlWaiter) verdict(ctx context.Context, rec *kgo.Record) error {
 	ends, err := w.dlqEnds(ctx)
 	if err != nil {

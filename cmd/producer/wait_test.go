@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/internal/dlq"
+	"github.com/flowlog/flowlog/internal/kafkaconf"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 )
@@ -112,4 +115,53 @@ func withoutBrokerWait(stderr string) []string {
 		}
 	}
 	return out
+}
+
+// TestFlowWaitPendingRejection checks the window between a consumer's
+// claim of a rejected DDL record (which moves ddl:offset past it) and the
+// DLQ record it sends after: --wait must report the rejection, never an
+// apply, however long the send takes.
+func TestFlowWaitPendingRejection(t *testing.T) {
+	k := testenv.StartKafka(t, 1)
+	rd := testenv.StartRedis(t)
+	ctx := context.Background()
+	kc := kafkaconf.Config{Brokers: k.Brokers(), DDLTopic: testenv.DDLTopic, DLQTopic: testenv.DLQTopic}
+	cl := k.Client(t)
+	w, err := newDDLWaiter(ctx, kc, meta.Config{URL: rd.URL, Prefix: meta.DefaultPrefix}, cl, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec, err := cl.ProduceSync(ctx, &kgo.Record{Topic: testenv.DDLTopic, Value: []byte(`{"op":"create"}`)}).First()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := meta.NewStore(rd.Client(t), meta.DefaultPrefix, nil)
+	claim := meta.RejectedDDL{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Owner: "test",
+		Reason: meta.ReasonDDLRejected, Detail: "flow already exists", Value: rec.Value}
+	if won, err := store.ClaimDDLReject(ctx, claim); err != nil || !won {
+		t.Fatalf("claim: won %v, %v", won, err)
+	}
+	if off, ok, err := store.DDLOffset(ctx, rec.Topic, rec.Partition); err != nil || !ok || off <= rec.Offset {
+		t.Fatalf("ddl:offset after the claim: %d %v %v; want past %d", off, ok, err, rec.Offset)
+	}
+	verdict := make(chan error, 1)
+	go func() { verdict <- w.wait(ctx, rec, io.Discard) }()
+	// The DLQ record is sent only after several of the waiter's polls.
+	time.Sleep(3 * waitPoll)
+	select {
+	case err := <-verdict:
+		t.Fatalf("verdict before the DLQ record was sent: %v", err)
+	default:
+	}
+	d := dlq.New(cl, testenv.DLQTopic, prometheus.NewRegistry())
+	if err := d.Send(ctx, rec, claim.Reason, claim.Detail); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.DoneDDLReject(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-verdict; !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "flow already exists") {
+		t.Fatalf("verdict: %v; want %v with the DLQ's detail", err, ErrRejected)
+	}
 }

@@ -11,8 +11,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
+	"cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/auth/httptransport"
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
@@ -36,7 +40,15 @@ type Config struct {
 	// a single request. Not a flag: `consumer run` derives it from
 	// --max-memory. Zero means 16 MiB.
 	ChunkSize int64
+	// RequestTimeout ends a request whose server makes no progress for
+	// this long (stallTransport): no response within it after the request
+	// was sent, no byte of a body moving. Zero means DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is --gcs-request-timeout's default: far above
+// any answer GCS gives a healthy client, far below "never".
+const DefaultRequestTimeout = 30 * time.Second
 
 // RegisterFlags registers the GCS flags on f.
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
@@ -45,6 +57,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.Endpoint, "gcs-endpoint", "", "GCS emulator endpoint, host:port or URL, without authentication (default: real GCS, or STORAGE_EMULATOR_HOST if set)")
 	f.StringVar(&c.KMSKey, "gcs-kms-key", "",
 		"Cloud KMS key every object is written with (CMEK), projects/P/locations/L/keyRings/R/cryptoKeys/K (default: the bucket's default encryption)")
+	f.DurationVar(&c.RequestTimeout, "gcs-request-timeout", DefaultRequestTimeout,
+		"a GCS request fails (a failed attempt) when the server makes no progress for this long: no response after the request was sent, no byte of an upload or download moving")
 }
 
 // Validate reports every problem with c, one per line.
@@ -61,6 +75,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--gcs-prefix %q: empty, '.' or '..' path element", c.Prefix))
 			break
 		}
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, errors.New("--gcs-request-timeout: must not be negative (0: the default)"))
 	}
 	if c.KMSKey != "" {
 		if err := validateKMSKey(c.KMSKey); err != nil {
@@ -103,10 +120,16 @@ var (
 // New connects to the bucket cfg.Bucket. With cfg.Endpoint set it talks to
 // that emulator without authentication; otherwise it uses the client's
 // defaults (Application Default Credentials, or STORAGE_EMULATOR_HOST).
+// Every request it makes is bounded by cfg.RequestTimeout of silence
+// (stallTransport).
 func New(ctx context.Context, cfg Config) (*Bucket, error) {
-	var opts []option.ClientOption
+	hc, err := newHTTPClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("gcs client: %w", err)
+	}
+	opts := []option.ClientOption{option.WithHTTPClient(hc)}
 	if cfg.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(endpointURL(cfg.Endpoint)), option.WithoutAuthentication(), storage.WithJSONReads())
+		opts = append(opts, option.WithEndpoint(endpointURL(cfg.Endpoint)), storage.WithJSONReads())
 	}
 	c, err := storage.NewClient(ctx, opts...)
 	if err != nil {
@@ -117,6 +140,31 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		chunk = defaultChunkSize
 	}
 	return &Bucket{client: c, bkt: c.Bucket(cfg.Bucket), name: cfg.Bucket, kmsKey: cfg.KMSKey, chunk: chunk}, nil
+}
+
+// newHTTPClient is the storage client's HTTP client: the transport the
+// client would build itself (Application Default Credentials, none for an
+// emulator), on a base transport whose every request is bounded by
+// cfg.RequestTimeout of silence.
+func newHTTPClient(cfg Config) (*http.Client, error) {
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = 100 // as the storage client's own transport
+	// Idle connections close before a request could find one the server
+	// dropped silently.
+	base.IdleConnTimeout = min(base.IdleConnTimeout, timeout)
+	base.HTTP2 = &http.HTTP2Config{SendPingTimeout: 31 * time.Second}
+	noAuth := cfg.Endpoint != "" || os.Getenv("STORAGE_EMULATOR_HOST") != ""
+	return httptransport.NewClient(&httptransport.Options{
+		BaseRoundTripper:      &stallTransport{base: base, timeout: timeout},
+		DisableAuthentication: noAuth,
+		DetectOpts: &credentials.DetectOptions{
+			Scopes: []string{storage.ScopeFullControl, "https://www.googleapis.com/auth/cloud-platform"},
+		},
+	})
 }
 
 // newWriter is the writer of every object flowlog writes (Upload and
