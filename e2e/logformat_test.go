@@ -9,42 +9,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 )
-
-// openPTY opens a pseudo-terminal pair: the master to read what a process
-// writes, the slave to give it as stderr (a terminal, as an operator's).
-func openPTY(t testing.TB) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	var unlock int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		t.Fatalf("unlock pty: %v", e)
-	}
-	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Fatalf("pty number: %v", e)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty slave: %v", err)
-	}
-	t.Cleanup(func() { m.Close(); s.Close() })
-	return m, s
-}
 
 // TestLogFormatAndRedisDown runs `consumer run` without --log-format
 // against a Redis that refuses connections, once with stderr on a terminal
@@ -77,7 +50,7 @@ func TestLogFormatAndRedisDown(t *testing.T) {
 	}
 
 	t.Run("terminal", func(t *testing.T) {
-		master, slave := openPTY(t)
+		master, slave := testenv.OpenPTY(t)
 		cmd := exec.Command(binary(t, "consumer"), args...)
 		cmd.Stdout, cmd.Stderr = slave, slave
 		if err := cmd.Start(); err != nil {
