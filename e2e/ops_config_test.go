@@ -1,13 +1,8 @@
 package e2e
 
 import (
-	"context"
-	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestOpsConfig checks that invalid config fails at start with exit 2 and
@@ -95,20 +90,5 @@ func TestOpsConfig(t *testing.T) {
 // to completion and returns its exit code, stdout and stderr.
 func opsRunConsumer(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t, "consumer"), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &exit):
-		return exit.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("consumer %v: %v", args, err)
-	return 0, "", ""
+	return cliRun(t, binary(t, "consumer"), env, args...)
 }
