@@ -113,7 +113,7 @@ func TestHelpEveryCommand(t *testing.T) {
 	}
 	t.Logf("walked the help of %d commands", walked)
 
-	// The usage errors of the walkthrough, all exit 2.
+	// Common usage errors (a typo in an operation, a bad value, a flag the command lacks), all exit 2.
 	for _, tc := range []struct {
 		bin  string
 		args []string
