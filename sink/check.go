@@ -30,13 +30,23 @@ func ProbePath(prefix, random string) string {
 	return p
 }
 
+// ProbeWriteError is CheckAccess's error when the bucket could be listed
+// but the probe object could not be created or deleted.
+type ProbeWriteError struct{ Err error }
+
+func (e *ProbeWriteError) Error() string { return e.Err.Error() }
+func (e *ProbeWriteError) Unwrap() error { return e.Err }
+
 // CheckAccess checks, at the start of a command, that the bucket exists and
 // can be listed under prefix (what every reader does first), and with write
 // also that an object can be created and deleted there (what the consumer
 // does every cycle): it uploads an empty object at ProbePath and deletes
 // it. The bucket's attributes would need storage.buckets.get, which a
 // consumer's role (objects only) does not grant, and would not prove that
-// objects can be written. A missing bucket wraps ErrBucketNotExist.
+// objects can be written. A missing bucket wraps ErrBucketNotExist; a
+// failed create or delete of the probe is a *ProbeWriteError, so that a
+// caller can tell a bucket that refuses writes from one whose writes
+// failed this once.
 func CheckAccess(ctx context.Context, b Bucket, prefix string, write bool) error {
 	err := b.Iter(ctx, ProbePath(prefix, ""), func(string) error { return errStopIter })
 	if err != nil && !errors.Is(err, errStopIter) {
@@ -49,10 +59,10 @@ func CheckAccess(ctx context.Context, b Bucket, prefix string, write bool) error
 	_, _ = rand.Read(r[:])
 	name := ProbePath(prefix, hex.EncodeToString(r[:]))
 	if err := b.Upload(ctx, Object{Name: name, Body: bytes.NewReader(nil), Size: 0, CRC32C: CRC32C(nil)}); err != nil {
-		return fmt.Errorf("create an object: %w", err)
+		return &ProbeWriteError{fmt.Errorf("create an object: %w", err)}
 	}
 	if err := b.Delete(ctx, name); err != nil {
-		return fmt.Errorf("delete the object it created (%s): %w", name, err)
+		return &ProbeWriteError{fmt.Errorf("delete the object it created (%s): %w", name, err)}
 	}
 	return nil
 }

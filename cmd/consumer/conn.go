@@ -218,7 +218,8 @@ func (c *connConfig) openBucket(ctx context.Context, write bool) (sink.Bucket, e
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBucket(ctx, b, c.GCS, write); err != nil {
+	warn := func(err error) { fmt.Fprintf(os.Stderr, "warning: %v\n", err) }
+	if err := checkBucket(ctx, b, c.GCS, write, warn); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -229,8 +230,13 @@ func (c *connConfig) openBucket(ctx context.Context, write bool) (sink.Bucket, e
 // answer is reported, not waited for.
 const bucketCheckTimeout = 30 * time.Second
 
-// checkBucket is the start's bucket check of cfg's bucket b, worded.
-func checkBucket(ctx context.Context, b sink.Bucket, cfg gcs.Config, write bool) error {
+// checkBucket is the start's bucket check of cfg's bucket b, worded. A
+// probe write that failed without GCS refusing it (a 5xx, a reset, a
+// timeout: what a retry may cure) does not stop the command: it goes to
+// warn, and the command goes on, its own writes retried as always. A
+// refusal (no such bucket, no permission) and a bucket that cannot be
+// listed stop it.
+func checkBucket(ctx context.Context, b sink.Bucket, cfg gcs.Config, write bool, warn func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
 	defer cancel()
 	err := sink.CheckAccess(ctx, b, cfg.Prefix, write)
@@ -238,8 +244,12 @@ func checkBucket(ctx context.Context, b sink.Bucket, cfg gcs.Config, write bool)
 	if cfg.Endpoint != "" {
 		where += " at " + cfg.Endpoint
 	}
+	var pw *sink.ProbeWriteError
 	switch {
 	case err == nil:
+		return nil
+	case errors.As(err, &pw) && !gcs.IsRefusal(err):
+		warn(fmt.Errorf("%s lists under --gcs-prefix %q but its write probe failed without a refusal (going on; writes are retried): %w", where, cfg.Prefix, err))
 		return nil
 	case errors.Is(err, sink.ErrBucketNotExist):
 		return fmt.Errorf("%s does not exist (--gcs-bucket)", where)

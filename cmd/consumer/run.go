@@ -207,7 +207,8 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	// Every cycle lists, creates and deletes objects under the prefix: a
 	// bucket that refuses one of them is reported now, in one line, not as
 	// the failure of the first upload.
-	if err := checkBucket(ctx, gb, cfg.conn.GCS, true); err != nil {
+	warn := func(err error) { log.Warn("gcs write probe failed", "err", err) }
+	if err := checkBucket(ctx, gb, cfg.conn.GCS, true, warn); err != nil {
 		return err
 	}
 
