@@ -34,6 +34,10 @@ const (
 	maxCellSteps = 64
 )
 
+// beforeFirstChunk, if set, runs before a cell's first chunk is written:
+// tests race another finalizer there.
+var beforeFirstChunk func()
+
 // errFinMoved stops a finalizer whose cursor another one moved: that one
 // goes on with the cell.
 var errFinMoved = errors.New("coverage cursor moved by another finalizer")
@@ -120,6 +124,11 @@ func (s *Store) nextCell(ctx context.Context, id FlowID, topic string, withRecor
 		return nil, fmt.Errorf("lrange %s: %w", k.CoveragePending(id), err)
 	}
 	if len(raws) == 0 {
+		if hasFin {
+			if err := s.dropStaleFin(ctx, id, fin, 0); err != nil {
+				return nil, err
+			}
+		}
 		return nil, s.forgetPending(ctx, id)
 	}
 	entries := make([]CoverageEntry, 0, len(raws))
@@ -137,6 +146,16 @@ func (s *Store) nextCell(ctx context.Context, id FlowID, topic string, withRecor
 			return nil, fmt.Errorf("%s = %q: %w", k.CoverageFin(id), fin, err)
 		}
 		i := slices.IndexFunc(entries, func(e CoverageEntry) bool { return e.Seq == last })
+		if last < entries[0].Seq {
+			// The cursor's cell was ended: a finalizer that read the
+			// cell before that wrote the cursor after it (as versions
+			// before this one could). Its steps are gone, so the cursor
+			// means nothing; drop it and take the next cell.
+			if err := s.dropStaleFin(ctx, id, fin, entries[0].Seq); err != nil {
+				return nil, err
+			}
+			return s.nextCell(ctx, id, topic, withRecords)
+		}
 		if entries[0].Seq != first || i < 0 {
 			return nil, fmt.Errorf("%s = %q: the pending steps start at %d", k.CoverageFin(id), fin, entries[0].Seq)
 		}
@@ -243,6 +262,22 @@ func parseFin(v string) (first, last uint64, cursor uint32, err error) {
 	return first, last, uint32(t), err
 }
 
+// dropStaleFin deletes the cursor fin of a cell whose steps are no longer
+// pending (head: the first pending step, 0 for none), if it is still fin.
+func (s *Store) dropStaleFin(ctx context.Context, id FlowID, fin string, head uint64) error {
+	k := s.keys
+	err := s.txn(ctx, "finalize_coverage", []string{k.CoverageFin(id)}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		if err := checkFin(ctx, tx, k.CoverageFin(id), fin); err != nil {
+			return nil, err
+		}
+		return func(p redis.Pipeliner) error { p.Del(ctx, k.CoverageFin(id)); return nil }, nil
+	})
+	if err != nil && !errors.Is(err, errFinMoved) {
+		return fmt.Errorf("remove %s = %q of an ended cell (first pending step %d): %w", k.CoverageFin(id), fin, head, err)
+	}
+	return nil
+}
+
 // forgetPending takes a flow without pending steps out of coverage:flows.
 func (s *Store) forgetPending(ctx context.Context, id FlowID) error {
 	k := s.keys
@@ -280,6 +315,9 @@ func (s *Store) writeCell(ctx context.Context, id FlowID, c *cell, budget int) (
 		if len(chunk) == 0 {
 			return n, s.endCell(ctx, id, c)
 		}
+		if c.fin == "" && beforeFirstChunk != nil {
+			beforeFirstChunk()
+		}
 		wrote, err := s.writeChunk(ctx, id, c, chunk)
 		n += wrote
 		if err != nil {
@@ -301,10 +339,18 @@ func (s *Store) writeChunk(ctx context.Context, id FlowID, c *cell, chunk []tabl
 	}
 	next := c.finValue(chunk[len(chunk)-1].table)
 	wrote := 0
-	err := s.txn(ctx, "finalize_coverage", []string{k.CoverageFin(id), k.Coverage(id), k.CoveragePast(id)},
+	err := s.txn(ctx, "finalize_coverage", []string{k.CoverageFin(id), k.Coverage(id), k.CoveragePast(id), k.CoveragePending(id)},
 		func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 			if err := checkFin(ctx, tx, k.CoverageFin(id), c.fin); err != nil {
 				return nil, err
+			}
+			if c.fin == "" {
+				// No cursor yet: another finalizer may have written and
+				// ended this very cell since it was read, and an absent
+				// cursor looks the same before a cell as after it.
+				if err := checkHead(ctx, tx, k.CoveragePending(id), c.first()); err != nil {
+					return nil, err
+				}
 			}
 			curs, err := tx.HMGet(ctx, k.Coverage(id), fields...).Result()
 			if err != nil {
@@ -392,12 +438,8 @@ func (s *Store) endCell(ctx context.Context, id FlowID, c *cell) error {
 			if err := checkFin(ctx, tx, k.CoverageFin(id), c.fin); err != nil {
 				return nil, err
 			}
-			head, err := tx.LIndex(ctx, k.CoveragePending(id), 0).Result()
-			if err != nil {
-				return nil, fmt.Errorf("lindex %s: %w", k.CoveragePending(id), err)
-			}
-			if e, err := decodeEntry(head); err != nil || e.Seq != c.first() {
-				return nil, errFinMoved
+			if err := checkHead(ctx, tx, k.CoveragePending(id), c.first()); err != nil {
+				return nil, err
 			}
 			left, err := tx.LLen(ctx, k.CoveragePending(id)).Result()
 			if err != nil {
@@ -431,6 +473,21 @@ func (s *Store) endCell(ctx context.Context, id FlowID, c *cell) error {
 				return nil
 			}, nil
 		})
+}
+
+// checkHead returns errFinMoved unless the first pending step is seq.
+func checkHead(ctx context.Context, tx *redis.Tx, key string, seq uint64) error {
+	head, err := tx.LIndex(ctx, key, 0).Result()
+	if errors.Is(err, redis.Nil) {
+		return errFinMoved
+	}
+	if err != nil {
+		return fmt.Errorf("lindex %s: %w", key, err)
+	}
+	if e, err := decodeEntry(head); err != nil || e.Seq != seq {
+		return errFinMoved
+	}
+	return nil
 }
 
 // checkFin returns errFinMoved unless the cursor is want ("" : absent).
