@@ -54,7 +54,7 @@ var (
 func BenchmarkLatency(b *testing.B) {
 	c := startCluster(b, benchPartitions)
 	for _, f := range benchFlows {
-		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tableList())
 	}
 	cfg := loadgen.Config{Tables: []int64{1, 2, 3, 4}, Regions: benchRegions, ValueSize: *latencyValue, Seed: 31, StartTime: time.Now().UTC()}
 	eventsPerSec, txns := latencyPlan(cfg, *latencyRate*1e6, *latencyDuration)

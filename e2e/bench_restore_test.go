@@ -49,10 +49,10 @@ func BenchmarkRestore(b *testing.B) {
 	events := benchEvents(b)
 	c := startCluster(b, benchPartitions)
 	for _, f := range benchFlows {
-		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+		runProducer(b, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tableList())
 	}
 	var maxResolved uint64
-	for _, cfg := range benchLoads(events) {
+	for _, cfg := range benchLoads(events, defaultBenchShape()) {
 		res, err := parseMaxResolved(benchProduce(b, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...))
 		if err != nil {
 			b.Fatal(err)
@@ -69,7 +69,7 @@ func BenchmarkRestore(b *testing.B) {
 	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 	cons := c.startConsumer(b, "restore-bench-backup", "--flush-interval", benchFlushInterval, "--flush-size", defaults.FlushSize.String())
 	start := time.Now()
-	waitCommitted(ctx, b, cons.Addr, meta.NewStore(c.Redis.Client(b), "flowlog", nil), maxResolved, end)
+	waitCommitted(ctx, b, cons.Addr, meta.NewStore(c.Redis.Client(b), "flowlog", nil), maxResolved, end, defaultBenchShape())
 	b.Logf("backed up %d events in %v", events, time.Since(start).Round(time.Millisecond))
 	if err := cons.Stop(); err != nil {
 		b.Fatalf("consumer exit after SIGTERM: %v", err)

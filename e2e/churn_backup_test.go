@@ -45,8 +45,8 @@ func (o *churnOracle) scan(ctx context.Context, id meta.FlowID) churnBackup {
 	dups := 0
 	for _, ref := range refs {
 		m := oracleMeta(ctx, t, o.bucket, ref.Path)
-		if m.FlowID != uint32(id) {
-			t.Errorf("meta %s has flow_id %d, listed under %d", ref.Path, m.FlowID, id)
+		if !m.Serves(id) {
+			t.Errorf("meta %s listed under flow %d does not serve it", ref.Path, id)
 		}
 		bk.metas++
 		for _, r := range m.Offsets {
@@ -55,6 +55,9 @@ func (o *churnOracle) scan(ctx context.Context, id meta.FlowID) churnBackup {
 			}
 		}
 		for i, f := range m.Files {
+			if !m.Holds(id, &f) {
+				continue
+			}
 			if !f.IsMeta && f.CF == sink.CFWrite && f.Op == sink.OpPut && (f.NumberOfEntries > 0 || f.RawLength > 0) &&
 				(bk.firstWrite == 0 || f.MinTS < bk.firstWrite) {
 				bk.firstWrite = f.MinTS
@@ -181,7 +184,7 @@ func (o *churnOracle) explainMissing(ctx context.Context, id meta.FlowID, window
 					}
 					tables := map[int64]bool{}
 					for _, f := range m.Files {
-						if f.Partition == at.partition {
+						if f.Partition == at.partition && m.Holds(id, &f) {
 							tables[f.TableID] = true
 						}
 					}

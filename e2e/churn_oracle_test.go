@@ -420,19 +420,34 @@ func (o *churnOracle) restore(id meta.FlowID, ts uint64) churnRestore {
 	return churnRestore{code: res.code, out: res.out, dir: dir}
 }
 
-// droppedCheckpoint reads the global checkpoint object of a dropped flow.
+// droppedCheckpoint reads the global checkpoint object that holds a
+// dropped flow's checkpoint (checkpointObjectTS).
 func (o *churnOracle) droppedCheckpoint(ctx context.Context, f *churnFlow) (uint64, error) {
-	name := sink.CheckpointPath("", meta.DefaultCatalog, f.name, "flowlog", f.id)
-	rc, err := o.bucket.Get(ctx, name)
+	ts, _, err := checkpointObjectTS(ctx, o.bucket, meta.DefaultCatalog, f.name, f.id)
+	return ts, err
+}
+
+// checkpointObjectTS reads the checkpoint object of flow id (name, in
+// catalog) of the e2e group "flowlog" on prefix "": layout v2's global
+// object when the consumer wrote one, else the flow's own layout v1 object.
+// It returns the object's name too.
+func checkpointObjectTS(ctx context.Context, b sink.Bucket, catalog, name string, id uint32) (uint64, string, error) {
+	obj := sink.CheckpointPathV2("", "flowlog")
+	rc, err := b.Get(ctx, obj)
+	if errors.Is(err, sink.ErrNotExist) {
+		obj = sink.CheckpointPath("", catalog, name, "flowlog", id)
+		rc, err = b.Get(ctx, obj)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("checkpoint object %s: %w", name, err)
+		return 0, obj, fmt.Errorf("checkpoint object %s: %w", obj, err)
 	}
 	defer rc.Close()
 	raw, err := io.ReadAll(rc)
 	if err != nil {
-		return 0, fmt.Errorf("checkpoint object %s: %w", name, err)
+		return 0, obj, fmt.Errorf("checkpoint object %s: %w", obj, err)
 	}
-	return sink.DecodeCheckpoint(raw)
+	ts, err := sink.DecodeCheckpoint(raw)
+	return ts, obj, err
 }
 
 func windowText(w meta.Window) string {

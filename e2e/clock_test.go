@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -16,7 +15,7 @@ import (
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
-	"github.com/flowlog/flowlog/sink"
+	"github.com/flowlog/flowlog/sink/gcs"
 )
 
 // TestHostileFutureTimestamps runs the built binaries against records that
@@ -92,14 +91,13 @@ func TestHostileFutureTimestamps(t *testing.T) {
 	if err != nil || st.CheckpointTS != want.maxResolved {
 		t.Errorf("checkpoint_ts %d (%v), want it kept at the honest %d", st.CheckpointTS, err, want.maxResolved)
 	}
-	obj, err := c.GCS.Client.Bucket(c.GCS.Bucket).Object(sink.CheckpointPath("", meta.DefaultCatalog, faultFlow, "flowlog", id)).NewReader(ctx)
+	gb, err := gcs.New(ctx, gcs.Config{Bucket: c.GCS.Bucket, Endpoint: c.GCS.Addr})
 	if err != nil {
-		t.Fatalf("global_checkpoint object: %v", err)
+		t.Fatal(err)
 	}
-	raw, _ := io.ReadAll(obj)
-	obj.Close()
-	if got, err := sink.DecodeCheckpoint(raw); err != nil || got != want.maxResolved {
-		t.Errorf("global_checkpoint object %d (%v), want %d", got, err, want.maxResolved)
+	defer gb.Close()
+	if got, name, err := checkpointObjectTS(ctx, gb, meta.DefaultCatalog, faultFlow, id); err != nil || got != want.maxResolved {
+		t.Errorf("global checkpoint object %s: %d (%v), want %d", name, got, err, want.maxResolved)
 	}
 	bound := event.MaxTS(time.Now(), 5*time.Minute)
 	for p := int32(0); p < 2; p++ {

@@ -188,8 +188,9 @@ type flowBackup struct {
 	metas, chunks, entries int
 }
 
-// readFlowBackup reads every meta of metas:<id>, every chunk it lists
-// (ReadChunk checks the sha256) and every entry of them.
+// readFlowBackup reads every meta of metas:<id>, every chunk of the flow it
+// lists (in a layout v2 meta those that hold the flow: sink.Meta.Holds;
+// ReadChunk checks the sha256) and every entry of them.
 func readFlowBackup(ctx context.Context, t testing.TB, store *meta.Store, b sink.Bucket, id meta.FlowID) flowBackup {
 	t.Helper()
 	refs, err := store.Metas(ctx, id)
@@ -211,11 +212,14 @@ func readFlowBackup(ctx context.Context, t testing.TB, store *meta.Store, b sink
 		if err != nil {
 			t.Fatalf("decode meta %s: %v", ref.Path, err)
 		}
-		if m.FlowID != uint32(id) {
-			t.Fatalf("meta %s has flow_id %d, listed under %d", ref.Path, m.FlowID, id)
+		if !m.Serves(id) {
+			t.Fatalf("meta %s listed under flow %d does not serve it", ref.Path, id)
 		}
 		fb.metas++
 		for i, f := range m.Files {
+			if !m.Holds(id, &f) {
+				continue
+			}
 			framed, err := sink.ReadChunk(ctx, b, m.DataPath, f)
 			if err != nil {
 				t.Fatalf("chunk %d of %s: %v", i, m.DataPath, err)

@@ -23,7 +23,8 @@ import (
 
 // jsonReader reads a flow's backup as a restore tool written from
 // docs/FORMAT.md alone would: the manifest from Redis, the meta JSON as
-// untyped JSON, the chunks by range reads with the storage client, zstd and
+// untyped JSON (layout v1, or v2 with only the chunks whose flow_ids name
+// the flow), the chunks by range reads with the storage client, zstd and
 // framing by hand. It fails the test on anything that deviates from the
 // documented format.
 type jsonReader struct {
@@ -60,10 +61,15 @@ func (r *jsonReader) readAll() jsonBackup {
 	if err != nil || len(paths) == 0 {
 		r.t.Fatalf("metas of flow %d: %v (%d paths)", r.flowID, err, len(paths))
 	}
+	v2 := false
 	for _, p := range paths {
-		r.readMeta(p, &b)
+		v2 = r.readMeta(p, &b) == 2 || v2
 	}
-	ck := r.object(fmt.Sprintf("%s/%s/v1/global_checkpoint/flowlog-%d.ts", r.catalog, r.flow, r.flowID), 0, -1)
+	ckName := fmt.Sprintf("%s/%s/v1/global_checkpoint/flowlog-%d.ts", r.catalog, r.flow, r.flowID)
+	if v2 {
+		ckName = "v2/global_checkpoint/flowlog.ts"
+	}
+	ck := r.object(ckName, 0, -1)
 	if len(ck) != 8 {
 		r.t.Fatalf("global checkpoint object holds %d bytes, want 8", len(ck))
 	}
@@ -86,7 +92,9 @@ func (r *jsonReader) object(name string, off, length int64) []byte {
 	return data
 }
 
-func (r *jsonReader) readMeta(path string, b *jsonBackup) {
+// readMeta reads one meta and the flow's chunks it lists, and returns its
+// version.
+func (r *jsonReader) readMeta(path string, b *jsonBackup) uint64 {
 	r.t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(r.object(path, 0, -1)))
 	dec.UseNumber()
@@ -95,21 +103,38 @@ func (r *jsonReader) readMeta(path string, b *jsonBackup) {
 		r.t.Fatalf("meta %s: %v", path, err)
 	}
 	f := fields{t: r.t, where: path, m: m}
-	if v := f.uint("version"); v != 1 {
-		r.t.Fatalf("meta %s: version %d", path, v)
-	}
-	cycle := f.str("cycle_id")
-	if f.str("flow") != r.flow || f.uint("flow_id") != r.flowID || f.str("store_id") == "" || cycle == "" {
-		r.t.Errorf("meta %s: flow %q flow_id %d store_id %q cycle_id %q", path, m["flow"], m["flow_id"], m["store_id"], cycle)
-	}
+	version := f.uint("version")
+	cycle, store := f.str("cycle_id"), f.str("store_id")
 	minTS, maxTS, minResolved := f.uint("min_ts"), f.uint("max_ts"), f.uint("min_resolved_ts")
-	if want := fmt.Sprintf("%s/%s/v1/backupmeta/%020d-%d-%s.meta", r.catalog, r.flow, minResolved, r.flowID, cycle); path != want {
-		r.t.Errorf("meta path %s, want %s", path, want)
-	}
 	phys := time.UnixMilli(int64(minTS >> 18)).UTC()
 	dataPath := f.str("data_path")
-	if want := fmt.Sprintf("%s/%s/v1/%s/%s/%d-%d-%s.log", r.catalog, r.flow, phys.Format("20060102"), phys.Format("15"), minTS, r.flowID, cycle); dataPath != want {
-		r.t.Errorf("meta %s: data_path %s, want %s", path, dataPath, want)
+	var wantMeta, wantData string
+	switch version {
+	case 1:
+		if f.str("flow") != r.flow || f.uint("flow_id") != r.flowID || store == "" || cycle == "" {
+			r.t.Errorf("meta %s: flow %q flow_id %d store_id %q cycle_id %q", path, m["flow"], m["flow_id"], store, cycle)
+		}
+		wantMeta = fmt.Sprintf("%s/%s/v1/backupmeta/%020d-%d-%s.meta", r.catalog, r.flow, minResolved, r.flowID, cycle)
+		wantData = fmt.Sprintf("%s/%s/v1/%s/%s/%d-%d-%s.log", r.catalog, r.flow, phys.Format("20060102"), phys.Format("15"), minTS, r.flowID, cycle)
+	case 2:
+		named := false
+		for _, fl := range f.list("flows") {
+			ff := fields{t: r.t, where: path + " flows", m: fl}
+			named = named || ff.uint("flow_id") == r.flowID && ff.str("catalog") == r.catalog && ff.str("name") == r.flow
+		}
+		if !named || store == "" || cycle == "" || f.str("group") != "flowlog" {
+			r.t.Errorf("meta %s: flows %v store_id %q cycle_id %q group %v, want flow %d named", path, m["flows"], store, cycle, m["group"], r.flowID)
+		}
+		wantMeta = fmt.Sprintf("v2/meta/%020d-%s-%s.meta", minResolved, store, cycle)
+		wantData = fmt.Sprintf("v2/log/%s/%s/%d-%s-%s.log", phys.Format("20060102"), phys.Format("15"), minTS, store, cycle)
+	default:
+		r.t.Fatalf("meta %s: version %d", path, version)
+	}
+	if path != wantMeta {
+		r.t.Errorf("meta path %s, want %s", path, wantMeta)
+	}
+	if dataPath != wantData {
+		r.t.Errorf("meta %s: data_path %s, want %s", path, dataPath, wantData)
 	}
 	for _, o := range f.list("offsets") {
 		of := fields{t: r.t, where: path + " offsets", m: o}
@@ -125,13 +150,42 @@ func (r *jsonReader) readMeta(path string, b *jsonBackup) {
 	fMin, fMax, fRes := ^uint64(0), uint64(0), ^uint64(0)
 	for i, fm := range files {
 		ff := fields{t: r.t, where: fmt.Sprintf("%s file %d", path, i), m: fm}
+		if version == 2 && !ff.holds(r.flowID) {
+			continue // another flow's chunk
+		}
 		r.readChunk(dataPath, ff, b)
 		fMin, fMax, fRes = min(fMin, ff.uint("min_ts")), max(fMax, ff.uint("max_ts")), min(fRes, ff.uint("resolved_ts"))
 	}
-	if fMin != minTS || fMax != maxTS || fRes != minResolved {
+	if version == 1 && (fMin != minTS || fMax != maxTS || fRes != minResolved) || fMin < minTS || fMax > maxTS || fRes < minResolved {
 		r.t.Errorf("meta %s: min_ts %d max_ts %d min_resolved_ts %d; its files give %d %d %d", path, minTS, maxTS, minResolved, fMin, fMax, fRes)
 	}
+	return version
 }
+
+// holds reports whether a layout v2 file entry's flow_ids (ascending)
+// name id.
+func (f fields) holds(id uint64) bool {
+	var last uint64
+	found := false
+	for i, v := range f.list("flow_ids") {
+		n, err := v.(json.Number).Int64()
+		if err != nil || n < 0 || i > 0 && uint64(n) <= last {
+			f.t.Errorf("%s: flow_ids %v not ascending ids", f.where, f.m)
+			return false
+		}
+		last = uint64(n)
+		found = found || last == id
+	}
+	return found
+}
+
+// tinyChunk is the largest chunk the consumer stores uncompressed under
+// --compression zstd (docs/FORMAT.md, "Data objects and chunks"), and tinyNone the
+// jsonBackup.compression key such chunks count under.
+const (
+	tinyChunk = 2 << 10
+	tinyNone  = "none (tiny)"
+)
 
 // readChunk range-reads one chunk, checks it against its file entry, and
 // records its entries in b.
@@ -143,7 +197,11 @@ func (r *jsonReader) readChunk(dataPath string, f fields, b *jsonBackup) {
 	}
 	raw := stored
 	comp := f.str("compression")
-	b.compression[comp]++
+	if comp == "none" && f.uint("raw_length") <= tinyChunk {
+		b.compression[tinyNone]++ // stored as it is whatever --compression says
+	} else {
+		b.compression[comp]++
+	}
 	switch comp {
 	case "none":
 	case "zstd":

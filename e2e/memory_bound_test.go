@@ -85,13 +85,13 @@ func TestConsumerMemoryBound(t *testing.T) {
 	}
 	c := startCluster(t, benchPartitions)
 	for _, f := range benchFlows {
-		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tableList())
 	}
 	var (
 		maxResolved uint64
 		mb          float64 // produced, keys and values
 	)
-	for _, cfg := range benchLoads(events) {
+	for _, cfg := range benchLoads(events, defaultBenchShape()) {
 		out := benchProduce(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
 		res, err := parseMaxResolved(out)
 		if err != nil {
@@ -247,7 +247,7 @@ func TestConsumerMemoryBoundCompressedTopic(t *testing.T) {
 	)
 	c := startCluster(t, benchPartitions)
 	for _, f := range benchFlows {
-		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tables)
+		runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", f.name, "--tables", f.tableList())
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Broker.Addr), kgo.DefaultProduceTopic(testenv.ApplyTopic),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))

@@ -411,7 +411,7 @@ func restoreCorruptChunk(ctx context.Context, t testing.TB, g *gcsProc, store *m
 			t.Fatalf("decode meta %s: %v", ref.Path, err)
 		}
 		for i, f := range m.Files {
-			if f.TableID != 1 || f.Length < 16 {
+			if f.TableID != 1 || f.Length < 16 || !m.Holds(id, &f) {
 				continue
 			}
 			if f.Compression != compression {

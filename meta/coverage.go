@@ -205,11 +205,14 @@ func parseReport(seq uint64, v string) (partReport, error) {
 // PendingFlow is a flow with pending coverage steps (the first
 // maxPendingRead of them), whether Redis still holds the flow (Exists
 // false: dropped) and its coverage seq now, which a registry that routes
-// the flow as Redis holds it shows too.
+// the flow as Redis holds it shows too. Info is a dropped flow's last
+// definition, if its drop recorded one (catalog:rev:<id> info), so that a
+// meta can name the flow its reports are of.
 type PendingFlow struct {
 	ID      FlowID
 	Exists  bool
 	Seq     uint64
+	Info    FlowInfo
 	Entries []CoverageEntry
 }
 
@@ -362,6 +365,19 @@ func (s *Store) PendingCoverage(ctx context.Context) ([]PendingFlow, error) {
 				return nil, fmt.Errorf("decode pending coverage of flow %d: %w", id, err)
 			}
 			pf.Entries = append(pf.Entries, e)
+		}
+		if len(pf.Entries) > 0 && !pf.Exists {
+			// Only a dropped flow's last definition is read: a live one's
+			// is the registry's.
+			raw, err := s.rdb.HGet(ctx, k.CatalogRev(id), "info").Result()
+			switch {
+			case err == nil:
+				if pf.Info, err = decodeInfo(k.CatalogRev(id), raw); err != nil {
+					return nil, err
+				}
+			case !errors.Is(err, redis.Nil):
+				return nil, fmt.Errorf("read last definition of flow %d: %w", id, err)
+			}
 		}
 		if len(pf.Entries) > 0 {
 			out = append(out, pf)

@@ -417,6 +417,9 @@ func (s *Store) writeChunk(ctx context.Context, id FlowID, c *cell, chunk []tabl
 				if len(emptied) > 0 {
 					p.HDel(ctx, k.CoveragePast(id), emptied...)
 				}
+				if len(set) > 0 || len(past) > 0 || len(emptied) > 0 {
+					markCatalog(ctx, p, k, id)
+				}
 				p.Set(ctx, k.CoverageFin(id), next, 0)
 				return nil
 			}, nil
@@ -470,6 +473,7 @@ func (s *Store) endCell(ctx context.Context, id FlowID, c *cell) error {
 				if left == int64(len(c.steps)) {
 					p.SRem(ctx, k.CoverageFlows(), u32(id))
 				}
+				markCatalog(ctx, p, k, id) // the steps leave the catalog's pending
 				return nil
 			}, nil
 		})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -99,10 +100,25 @@ func decodeHistory(key string, table uint32, v string) ([]Window, error) {
 // (by table) and the earlier ones (oldest first within each table).
 func (s *Store) Windows(ctx context.Context, id FlowID) (current map[uint32]Window, history []Window, err error) {
 	k := s.keys
-	cur, err := s.rdb.HGetAll(ctx, k.Coverage(id)).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("hgetall %s: %w", k.Coverage(id), err)
+	var cur, past *redis.MapStringStringCmd
+	var legacy *redis.StringSliceCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.HGetAll(ctx, k.Coverage(id))
+		legacy = p.LRange(ctx, k.CoverageHistory(id), 0, -1)
+		past = p.HGetAll(ctx, k.CoveragePast(id))
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("read coverage windows of flow %d: %w", id, err)
 	}
+	return s.parseCoverage(id, cur.Val(), legacy.Val(), past.Val())
+}
+
+// parseCoverage decodes a flow's coverage:<id>, its history list of earlier
+// versions and coverage:<id>:past, each read whole: the current windows by
+// table, and the history oldest first within each table (the legacy list's
+// windows before those of past, tables in the order of their fields).
+func (s *Store) parseCoverage(id FlowID, cur map[string]string, legacy []string, past map[string]string) (current map[uint32]Window, history []Window, err error) {
+	k := s.keys
 	current = make(map[uint32]Window, len(cur))
 	for f, v := range cur {
 		t, err := strconv.ParseUint(f, 10, 32)
@@ -116,10 +132,6 @@ func (s *Store) Windows(ctx context.Context, id FlowID) (current map[uint32]Wind
 		w.TableID = uint32(t)
 		current[uint32(t)] = w
 	}
-	legacy, err := s.rdb.LRange(ctx, k.CoverageHistory(id), 0, -1).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("lrange %s: %w", k.CoverageHistory(id), err)
-	}
 	for _, v := range legacy {
 		var w Window
 		if err := json.Unmarshal([]byte(v), &w); err != nil {
@@ -127,17 +139,7 @@ func (s *Store) Windows(ctx context.Context, id FlowID) (current map[uint32]Wind
 		}
 		history = append(history, w)
 	}
-	past, err := s.rdb.HGetAll(ctx, k.CoveragePast(id)).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("hgetall %s: %w", k.CoveragePast(id), err)
-	}
-	for _, f := range slices.Sorted(func(yield func(string) bool) {
-		for f := range past {
-			if !yield(f) {
-				return
-			}
-		}
-	}) {
+	for _, f := range slices.Sorted(maps.Keys(past)) {
 		t, err := strconv.ParseUint(f, 10, 32)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: table %q: %w", k.CoveragePast(id), f, err)
@@ -231,6 +233,7 @@ func (s *Store) pruneTable(ctx context.Context, id FlowID, field string, tb uint
 			} else {
 				p.HSet(ctx, k.CoveragePast(id), field, encodeHistory(kept))
 			}
+			markCatalog(ctx, p, k, id)
 			return nil
 		}, nil
 	})

@@ -79,6 +79,14 @@ func (s *Store) ApplyDDL(ctx context.Context, d DDL, pos DDLPosition) (Applied, 
 				if err := writes(p); err != nil {
 					return err
 				}
+				// The flow's catalog records where the DDL that changed it
+				// was applied (create, replace and drop make it dirty
+				// themselves; a resume here).
+				p.HSet(ctx, k.CatalogRev(res.FlowID), "ddl_topic", pos.Topic, "ddl_partition", i32(pos.Partition),
+					"ddl_next", strconv.FormatInt(pos.NextOffset, 10))
+				if d.Op == OpResume {
+					markCatalog(ctx, p, k, res.FlowID)
+				}
 			}
 			p.Set(ctx, offKey, strconv.FormatInt(pos.NextOffset, 10), 0)
 			return nil

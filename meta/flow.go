@@ -2,6 +2,8 @@ package meta
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -125,6 +127,7 @@ func (s *Store) createTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flow
 		idx.write(ctx, p, k)
 		p.SAdd(ctx, k.Flows(), u32(id))
 		p.HSet(ctx, k.FlowState(id), "status", StatusActive)
+		markCatalog(ctx, p, k, id)
 		return nil
 	}, nil
 }
@@ -213,6 +216,7 @@ func (s *Store) updateTx(ctx context.Context, tx *redis.Tx, id FlowID, current, 
 		}
 		p.SAdd(ctx, k.Flows(), u32(id))
 		p.HSetNX(ctx, k.FlowState(id), "status", StatusActive)
+		markCatalog(ctx, p, k, id)
 		return nil
 	}, nil
 }
@@ -245,6 +249,12 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 	if err != nil {
 		return nil, err
 	}
+	var last []any
+	if has {
+		if last, err = lastDefinition(ctx, tx, k, id, stored, routes); err != nil {
+			return nil, err
+		}
+	}
 	var names []string // name keys that still map to id
 	idx := newIndexSet()
 	for _, fi := range infos {
@@ -269,6 +279,29 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 		p.Del(ctx, infoKey, routesKey, k.FlowState(id))
 		idx.remove(ctx, p, k)
 		p.SRem(ctx, k.Flows(), u32(id))
+		if has { // a flow destroyed before changes nothing of its catalog
+			p.HSet(ctx, k.CatalogRev(id), last...)
+			markCatalog(ctx, p, k, id)
+		}
 		return nil
 	}, nil
+}
+
+// lastDefinition is what a drop keeps of flow id in catalog:rev:<id>, as
+// HSET arguments: its stored info, routes and checkpoint_ts, so that its
+// catalog still names and describes it.
+func lastDefinition(ctx context.Context, tx *redis.Tx, k Keys, id FlowID, stored string, routes map[uint32]Route) ([]any, error) {
+	rb, err := json.Marshal(routes)
+	if err != nil {
+		return nil, fmt.Errorf("encode routes of flow %d: %w", id, err)
+	}
+	last := []any{"info", stored, "routes", string(rb)}
+	ck, err := tx.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result()
+	switch {
+	case err == nil:
+		last = append(last, "checkpoint_ts", ck)
+	case !errors.Is(err, redis.Nil):
+		return nil, fmt.Errorf("hget %s: %w", k.FlowState(id), err)
+	}
+	return last, nil
 }

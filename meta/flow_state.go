@@ -136,3 +136,103 @@ func (s *Store) setState(ctx context.Context, op string, id FlowID, write func(c
 	}
 	return nil
 }
+
+// GlobalCheckpoint is the string holding the checkpoint of the consumer
+// group that owns the prefix (a TSO): the one value every flow's
+// checkpoint_ts advances to, and what layout v2's global checkpoint object
+// holds.
+func (k Keys) GlobalCheckpoint() string { return k.base + "global_checkpoint" }
+
+// AdvanceCheckpoints is AdvanceCheckpointBelow for every flow of ids that
+// still exists and for the global checkpoint, in one transaction: a
+// checkpoint advance costs one round of reads and one MULTI however many
+// flows there are. It returns the flows whose checkpoint_ts it moved and
+// the global checkpoint after it (0: none).
+func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceiling uint64) (advanced []FlowID, global uint64, err error) {
+	ts = min(ts, ceiling)
+	k := s.keys
+	watch := make([]string, 0, 2*len(ids)+1)
+	for _, id := range ids {
+		watch = append(watch, k.FlowInfo(id), k.FlowState(id))
+	}
+	watch = append(watch, k.GlobalCheckpoint())
+	moves := func(v string, err error) (bool, error) {
+		if errors.Is(err, redis.Nil) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		cur, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return false, err
+		}
+		return !(ts <= cur && cur <= ceiling), nil
+	}
+	err = s.txn(ctx, "advance_checkpoints", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		advanced, global = advanced[:0], 0
+		exists := make([]*redis.IntCmd, len(ids))
+		cks := make([]*redis.StringCmd, len(ids))
+		var gc *redis.StringCmd
+		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				exists[i] = p.Exists(ctx, k.FlowInfo(id))
+				cks[i] = p.HGet(ctx, k.FlowState(id), "checkpoint_ts")
+			}
+			gc = p.Get(ctx, k.GlobalCheckpoint())
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read checkpoints: %w", err)
+		}
+		for i, id := range ids {
+			if exists[i].Val() == 0 {
+				continue
+			}
+			move, err := moves(cks[i].Result())
+			if err != nil {
+				return nil, fmt.Errorf("%s checkpoint_ts: %w", k.FlowState(id), err)
+			}
+			if move {
+				advanced = append(advanced, id)
+			}
+		}
+		moveGlobal, err := moves(gc.Result())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k.GlobalCheckpoint(), err)
+		}
+		global = ts
+		if !moveGlobal {
+			global, _ = strconv.ParseUint(gc.Val(), 10, 64)
+		}
+		if len(advanced) == 0 && !moveGlobal {
+			return nil, nil
+		}
+		return func(p redis.Pipeliner) error {
+			for _, id := range advanced {
+				p.HSet(ctx, k.FlowState(id), "checkpoint_ts", u64(ts))
+			}
+			if moveGlobal {
+				p.Set(ctx, k.GlobalCheckpoint(), u64(ts), 0)
+			}
+			return nil
+		}, nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("advance checkpoints to %d: %w", ts, err)
+	}
+	return advanced, global, nil
+}
+
+// GlobalCheckpointTS returns the global checkpoint, and false if none was
+// recorded.
+func (s *Store) GlobalCheckpointTS(ctx context.Context) (uint64, bool, error) {
+	v, ok, err := getString(ctx, s.rdb, s.keys.GlobalCheckpoint())
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	ts, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %s = %q: %w", s.keys.GlobalCheckpoint(), v, err)
+	}
+	return ts, true, nil
+}

@@ -36,8 +36,8 @@ func dump(t *testing.T, rdb *redis.Client, base string) map[string]any {
 	iter := rdb.Scan(ctx, 0, base+"*", 100).Iterator()
 	for iter.Next(ctx) {
 		key := iter.Val()
-		if strings.HasPrefix(strings.TrimPrefix(key, base), "coverage:") {
-			continue // the coverage catalog has tests of its own (coverage_test.go)
+		if rest := strings.TrimPrefix(key, base); strings.HasPrefix(rest, "coverage:") || strings.HasPrefix(rest, "catalog:") {
+			continue // coverage and catalog revisions have tests of their own (coverage_test.go, catalog_test.go)
 		}
 		typ, err := rdb.Type(ctx, key).Result()
 		if err != nil {

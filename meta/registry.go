@@ -31,6 +31,11 @@ type registrySnapshot struct {
 	flows   []*Flow // sorted by id
 	byID    map[FlowID]*Flow
 	byTable map[uint32][]*Flow // each sorted by id
+	// sets are the flow sets of byTable and all, the set of every flow;
+	// setsByKey those of this snapshot, for the next refresh to keep.
+	sets      map[uint32]*FlowSet
+	all       *FlowSet
+	setsByKey map[string]*FlowSet
 }
 
 // Registry is the in-memory table -> flows map the router reads on its hot
@@ -46,7 +51,7 @@ type Registry struct {
 // NewRegistry returns an empty registry over s; call Refresh to load it.
 func NewRegistry(s *Store) *Registry {
 	r := &Registry{s: s}
-	r.snap.Store(&registrySnapshot{byID: map[FlowID]*Flow{}, byTable: map[uint32][]*Flow{}})
+	r.snap.Store(&registrySnapshot{byID: map[FlowID]*Flow{}, byTable: map[uint32][]*Flow{}, sets: map[uint32]*FlowSet{}})
 	return r
 }
 
@@ -113,6 +118,15 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			snap.byTable[t] = append(snap.byTable[t], f)
 		}
 	}
+	in := newInterner(r.snap.Load().setsByKey)
+	snap.sets = make(map[uint32]*FlowSet, len(snap.byTable))
+	for t, flows := range snap.byTable {
+		snap.sets[t] = in.set(flows)
+	}
+	if len(snap.flows) > 0 {
+		snap.all = in.set(snap.flows)
+	}
+	snap.setsByKey = in.next
 	r.snap.Store(snap)
 	r.version.Add(1)
 	return nil
@@ -131,6 +145,18 @@ func (r *Registry) ForTable(table int64) []*Flow {
 	}
 	return r.snap.Load().byTable[uint32(table)]
 }
+
+// SetForTable returns the set of flows ForTable returns, nil if there are
+// none. The set is shared: do not modify it.
+func (r *Registry) SetForTable(table int64) *FlowSet {
+	if table < 0 || table > int64(^uint32(0)) {
+		return nil
+	}
+	return r.snap.Load().sets[uint32(table)]
+}
+
+// AllSet returns the set of every flow, nil if there are none.
+func (r *Registry) AllSet() *FlowSet { return r.snap.Load().all }
 
 // Flows returns every flow, sorted by id. The slice is shared: do not
 // modify it.

@@ -110,3 +110,56 @@ func TestRegistry(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// Tables read by the same flows share one FlowSet, and a refresh that
+// leaves a table's flows as they were keeps its set (temp files keyed by it
+// go on receiving its events), while one that changes them makes a new one.
+func TestRegistryFlowSets(t *testing.T) {
+	ctx := context.Background()
+	s := meta.NewStore(testenv.StartRedis(t).Client(t), "", nil)
+	r := meta.NewRegistry(s)
+	info := func(name string, tables ...uint32) meta.FlowInfo {
+		return meta.FlowInfo{CatalogName: "c", FlowName: name, SourceTableIDs: tables}
+	}
+	route := map[uint32]meta.Route{0: {}}
+	refresh := func() {
+		t.Helper()
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateFlow(ctx, 1, info("a", 1, 2, 3), route); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateFlow(ctx, 2, info("b", 2, 3), route); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	s1, s2, s3 := r.SetForTable(1), r.SetForTable(2), r.SetForTable(3)
+	if s2 != s3 || s1 == s2 || !slices.Equal(s2.IDs, []meta.FlowID{1, 2}) || !slices.Equal(s1.IDs, []meta.FlowID{1}) {
+		t.Fatalf("sets of tables 1, 2, 3: %v %v %v, want {1} and one shared {1,2}", s1.IDs, s2.IDs, s3.IDs)
+	}
+	if r.SetForTable(4) != nil || !slices.Equal(r.AllSet().IDs, []meta.FlowID{1, 2}) {
+		t.Fatalf("set of an unread table %v, of every flow %v", r.SetForTable(4), r.AllSet().IDs)
+	}
+	if err := s.CreateFlow(ctx, 3, info("c", 9), route); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	if r.SetForTable(1) != s1 || r.SetForTable(2) != s2 {
+		t.Fatal("a create of an unrelated flow replaced the sets of tables it does not read")
+	}
+	if got := r.AllSet().IDs; !slices.Equal(got, []meta.FlowID{1, 2, 3}) {
+		t.Fatalf("set of every flow after the create: %v", got)
+	}
+	if err := s.UpdateFlow(ctx, 2, info("b", 2, 3), info("b", 3), route); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	if got := r.SetForTable(2); got == s2 || !slices.Equal(got.IDs, []meta.FlowID{1}) || got != r.SetForTable(1) {
+		t.Fatalf("table 2 after b dropped it: set %v (shared with table 1: %v)", got.IDs, got == r.SetForTable(1))
+	}
+	if r.SetForTable(3) != s2 {
+		t.Fatal("table 3 is still read by a and b: its set must stay")
+	}
+}

@@ -81,6 +81,7 @@ func (s *Store) AddSnapshot(ctx context.Context, id FlowID, path string) error {
 	key := s.keys.Snapshots(uint32(id))
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, key, redis.Z{Score: float64(ts), Member: path})
+		markCatalog(ctx, p, s.keys, id)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("list snapshot in %s: %w", key, err)

@@ -142,19 +142,7 @@ func readRoutes(ctx context.Context, c redis.Cmdable, key string) (map[uint32]Ro
 	if err != nil {
 		return nil, fmt.Errorf("hgetall %s: %w", key, err)
 	}
-	routes := make(map[uint32]Route, len(raw))
-	for f, v := range raw {
-		p, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("parse %s field %q: %w", key, f, err)
-		}
-		var r Route
-		if err := json.Unmarshal([]byte(v), &r); err != nil {
-			return nil, fmt.Errorf("decode %s field %q: %w", key, f, err)
-		}
-		routes[uint32(p)] = r
-	}
-	return routes, nil
+	return parseRoutes(key, raw)
 }
 
 // routeArgs is routes as HSET field/value arguments.

@@ -130,6 +130,7 @@ func (s *Store) Truncate(ctx context.Context, id FlowID, snap SnapshotRef, plan 
 				p.ZRem(ctx, snapsKey, toAny(done.Snapshots)...)
 			}
 			p.Set(ctx, tbKey, u64(snap.TS), 0)
+			markCatalog(ctx, p, k, id)
 			return nil
 		}, nil
 	})

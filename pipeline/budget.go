@@ -77,7 +77,7 @@ func (s *session) cycleFull() bool {
 // Either pauses fetching.
 func (s *session) overBudget() (bytes, files bool) {
 	cost, n := s.fl.inflightCost()
-	bytes = s.gen.cost()+cost > int64(s.c.cfg.MaxTempBytes)
+	bytes = s.gen.diskCost()+cost > int64(s.c.cfg.MaxTempBytes)
 	files = len(s.gen.files)+n > 2*s.c.cfg.MaxCycleFiles
 	return bytes, files
 }
@@ -88,7 +88,7 @@ func (f *flusher) inflightCost() (cost int64, files int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range f.inflight {
-		cost += c.bytes + c.mem
+		cost += c.bytes + c.mem + c.raw
 		files += len(c.files)
 	}
 	return cost, files

@@ -9,29 +9,120 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/flowlog/flowlog/catalog"
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
-// advanceCheckpoint computes the global checkpoint (docs/FORMAT.md,
-// "Checkpoint rule"): the
-// min of ckpt:<topic>:<p> over every partition of the apply topic that ever
-// held a record. A partition with records but no ckpt yet holds it back,
-// unless it has no readable record left (retention moved its start offset
-// to its end: nothing there can ever be routed). A partition whose regions
-// have all dropped out (ckpt CkptIdle) is left out. It moves each flow's
-// checkpoint forward in Redis (never backwards) and writes the flow's
-// global_checkpoint object.
+// advanceCheckpoint moves the global checkpoint (docs/FORMAT.md,
+// "Checkpoint rule"): the min of ckpt:<topic>:<p> over every partition of
+// the apply topic that ever held a record. A partition with records but no
+// ckpt yet holds it back, unless it has no readable record left (retention
+// moved its start offset to its end: nothing there can ever be routed). A
+// partition whose regions have all dropped out (ckpt CkptIdle) is left out.
+//
+// The order of its steps is what makes a checkpoint it writes true:
+//
+//  1. Read the partition checkpoints and compute the global G.
+//  2. Finalise coverage windows. Only now: every report a window bound at
+//     or below G needs rode in a commit that came before the checkpoints
+//     just read (a partition's report and its checkpoint past the bound
+//     are committed together), so finalisation sees it. Finalising first
+//     could leave a window open that a partition had already closed below
+//     G, and a restore at G would claim the table's events after it. If
+//     finalisation fails, nothing advances.
+//  3. Advance every flow's checkpoint_ts and the global checkpoint in Redis
+//     to G (never backwards, never past the clock plus --max-clock-skew).
+//  4. Layout v2: upload the catalogs of the flows whose catalog content
+//     changed (the windows of step 2, say). If one fails, step 5 waits for
+//     the next advance: the checkpoint object never claims more than the
+//     catalogs in the bucket say.
+//  5. Write the checkpoint object(s): layout v1 one per flow, layout v2 the
+//     one global object.
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
 	topic := c.d.ApplyTopic
-	ends, err := f.s.adm.ListEndOffsets(ctx, topic)
+	live, err := f.livePartitions(ctx)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	cks, idle, err := c.d.Store.PartitionCheckpoints(ctx, topic, live)
+	if err != nil {
+		return err
+	}
+	var global uint64
+	found, held := false, false
+	for _, p := range live {
+		if idle[p] {
+			continue
+		}
+		ck, ok := cks[p]
+		if !ok {
+			held = true // a partition with records but no checkpoint yet
+			break
+		}
+		if !found || ck < global {
+			global, found = ck, true
+		}
+	}
+	if n, err := c.d.Store.FinalizeCoverage(ctx, topic, live); err != nil {
+		return fmt.Errorf("finalize coverage windows (checkpoint not advanced): %w", err)
+	} else if n > 0 {
+		c.log.Info("coverage windows final", "entries", n)
+	}
+	if held || !found || global == 0 {
+		return nil
+	}
+	// Every resolved ts was within the bound when it arrived, so this only
+	// caps what a version that took any ts left in ckpt:<topic>:<p>.
+	bound := event.MaxTS(time.Now(), c.cfg.MaxClockSkew)
+	flows := c.d.Registry.Flows()
+	ids := make([]meta.FlowID, len(flows))
+	for i, fl := range flows {
+		ids[i] = fl.ID
+	}
+	advanced, ck, err := c.d.Store.AdvanceCheckpoints(ctx, ids, global, bound)
+	if err != nil {
+		return err
+	}
+	ck = max(min(ck, bound), global)
+	now := time.Now()
+	for _, fl := range flows {
+		label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
+		c.m.checkpointTS.WithLabelValues(label).Set(float64(ck))
+		c.m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
+		c.m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
+	}
+	if !c.cfg.v2() {
+		return f.writeFlowCheckpoints(ctx, advanced, ck, bound)
+	}
+	if err := f.writeCatalogs(ctx); err != nil {
+		return fmt.Errorf("%w (global checkpoint object kept at %d until they are written)", err, f.ckptWritten)
+	}
+	if ck <= f.ckptWritten {
+		return nil
+	}
+	name := sink.CheckpointPathV2(c.d.GCSPrefix, c.d.Group)
+	written, err := f.putNewest(ctx, name, ck, bound)
+	if err != nil {
+		return err
+	}
+	f.ckptWritten = written
+	return nil
+}
+
+// livePartitions are the partitions of the apply topic with readable
+// records: retention may have taken every record of one before anyone read
+// it, and nothing there can be routed.
+func (f *flusher) livePartitions(ctx context.Context) ([]int32, error) {
+	topic := f.c.d.ApplyTopic
+	ends, err := f.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("list end offsets: %w", err)
+		return nil, fmt.Errorf("list end offsets: %w", err)
 	}
 	var parts []int32
 	ends.Each(func(o kadm.ListedOffset) {
@@ -40,17 +131,15 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 		}
 	})
 	if len(parts) == 0 {
-		return nil
+		return nil, nil
 	}
-	starts, err := f.s.adm.ListStartOffsets(ctx, topic)
+	starts, err := f.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("list start offsets: %w", err)
+		return nil, fmt.Errorf("list start offsets: %w", err)
 	}
-	// Partitions with readable records: retention may have taken every
-	// record of one before anyone read it, and nothing there can be routed.
 	live := parts[:0:0]
 	for _, p := range parts {
 		start, _ := starts.Lookup(topic, p)
@@ -59,84 +148,72 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 			live = append(live, p)
 		}
 	}
-	if n, err := c.d.Store.FinalizeCoverage(ctx, topic, live); err != nil {
-		c.log.Warn("finalizing coverage windows failed; retried next cycle", "err", err)
-	} else if n > 0 {
-		c.log.Info("coverage windows final", "entries", n)
+	return live, nil
+}
+
+// writeCatalogs uploads the catalogs of the flows whose catalog content
+// changed (layout v2). The first call of a flusher first makes every flow
+// the prefix knew before catalogs existed dirty, once per prefix.
+func (f *flusher) writeCatalogs(ctx context.Context) error {
+	c := f.c
+	if !f.catalogsInit {
+		if err := c.d.Store.InitCatalogs(ctx); err != nil {
+			return err
+		}
+		f.catalogsInit = true
 	}
-	cks, idle, err := c.d.Store.PartitionCheckpoints(ctx, topic, live)
+	w := catalog.Writer{Store: c.d.Store, Bucket: c.d.Bucket, Prefix: c.d.GCSPrefix, Group: c.d.Group,
+		Log: c.log, Parallel: c.cfg.UploadParallel}
+	n, err := w.WriteDirty(ctx)
+	if n > 0 {
+		c.m.catalogsWritten.Add(float64(n))
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("write flow catalogs: %w", err)
 	}
-	var global uint64
-	found := false
-	for _, p := range live {
-		if idle[p] {
+	return nil
+}
+
+// writeFlowCheckpoints writes the global_checkpoint object of every flow
+// of ids (layout v1: the flows whose checkpoint moved), holding ck or the
+// newest global checkpoint in Redis. One flow's failing object must not
+// hold the others back.
+func (f *flusher) writeFlowCheckpoints(ctx context.Context, ids []meta.FlowID, ck, bound uint64) error {
+	c := f.c
+	var errs []error
+	for _, id := range ids {
+		fl, ok := c.d.Registry.Flow(id)
+		if !ok {
 			continue
 		}
-		ck, ok := cks[p]
-		if !ok {
-			return nil // a partition with records but no checkpoint yet
-		}
-		if !found || ck < global {
-			global, found = ck, true
-		}
-	}
-	if !found || global == 0 {
-		return nil
-	}
-	// Every resolved ts was within the bound when it arrived, so this only
-	// caps what a version that took any ts left in ckpt:<topic>:<p>.
-	bound := event.MaxTS(time.Now(), c.cfg.MaxClockSkew)
-	global = min(global, bound)
-	// One flow's failing checkpoint object must not hold the others back.
-	var errs []error
-	for _, fl := range c.d.Registry.Flows() {
-		if err := f.advanceFlow(ctx, fl, global, bound); err != nil {
-			errs = append(errs, err)
+		name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group, fl.ID)
+		if _, err := f.putNewest(ctx, name, ck, bound); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint of %s: %w", flowLabel(fl.Info.CatalogName, fl.Info.FlowName), err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// advanceFlow moves flow fl's checkpoint to global in Redis and in its
-// global_checkpoint object; a stored checkpoint past bound (the clock plus
-// --max-clock-skew) is replaced, never kept or written again.
-func (f *flusher) advanceFlow(ctx context.Context, fl *meta.Flow, global, bound uint64) error {
+// putNewest writes want to the checkpoint object name, then re-reads the
+// global checkpoint in Redis and writes again while it is newer (up to 3
+// times; a value past bound, the clock plus --max-clock-skew, is never
+// written). Instances of a group race here and Redis decides who advanced:
+// writing the newest value after our write makes the last write carry the
+// largest checkpoint whichever instance wrote first. It returns the value
+// written last.
+func (f *flusher) putNewest(ctx context.Context, name string, want, bound uint64) (uint64, error) {
 	c := f.c
-	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-	advanced, err := c.d.Store.AdvanceCheckpointBelow(ctx, fl.ID, global, bound)
-	if err != nil {
-		return fmt.Errorf("advance checkpoint of %s: %w", label, err)
-	}
-	st, err := c.d.Store.FlowState(ctx, fl.ID)
-	if err != nil {
-		return fmt.Errorf("read checkpoint of %s: %w", label, err)
-	}
-	ck := max(min(st.CheckpointTS, bound), global)
-	now := time.Now()
-	c.m.checkpointTS.WithLabelValues(label).Set(float64(ck))
-	c.m.checkpointLag.WithLabelValues(label).Set(max(now.Sub(event.PhysicalTime(ck)).Seconds(), 0))
-	c.m.checkpointAhead.WithLabelValues(label).Set(event.Ahead(ck, now).Seconds())
-	if !advanced {
-		return nil
-	}
-	name := sink.CheckpointPath(c.d.GCSPrefix, fl.Info.CatalogName, fl.Info.FlowName, c.d.Group, fl.ID)
-	// Instances of a group race here; Redis decides who advanced. Writing
-	// the newest Redis value (re-read after our write) makes the last write
-	// carry the largest checkpoint whichever instance wrote first.
-	want := ck // the newest value known, ours or another instance's
 	for range 3 {
 		if err := putCheckpoint(ctx, c.d.Bucket, name, want); err != nil {
-			return err
+			return 0, err
 		}
-		st, err := c.d.Store.FlowState(ctx, fl.ID)
-		if err != nil || min(st.CheckpointTS, bound) <= want {
-			return err
+		cur, ok, err := c.d.Store.GlobalCheckpointTS(ctx)
+		if err != nil || !ok || min(cur, bound) <= want {
+			return want, err
 		}
-		want = min(st.CheckpointTS, bound)
+		want = min(cur, bound)
 	}
-	return nil
+	return want, nil
 }
 
 // putCheckpoint replaces the 8-byte checkpoint object. It is the one object
@@ -163,17 +240,6 @@ func putCheckpoint(ctx context.Context, b sink.Bucket, name string, ts uint64) e
 // resume clears a flow's fatal state after a resume DDL, so fetching
 // restarts and the failed cycle is retried at once.
 func (f *flusher) resume(id meta.FlowID) {
-	c := f.c
-	f.mu.Lock()
-	delete(f.failures, id)
-	f.mu.Unlock()
-	c.mu.Lock()
-	wasFatal := c.fatal[id]
-	delete(c.fatal, id)
-	c.mu.Unlock()
-	if fl, ok := c.d.Registry.Flow(id); ok && wasFatal {
-		c.m.flowFatal.WithLabelValues(flowLabel(fl.Info.CatalogName, fl.Info.FlowName)).Set(0)
-		c.log.Info("flow resumed by DDL; retrying its flush", "flow", flowLabel(fl.Info.CatalogName, fl.Info.FlowName))
-	}
+	f.c.fatal.resumed(id)
 	f.kick()
 }

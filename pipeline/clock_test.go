@@ -19,10 +19,15 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// checkpointObject reads flow name's global_checkpoint object.
+// checkpointObject reads the global checkpoint object that holds flow
+// name's checkpoint: the flow's own in layout v1, the group's in layout v2.
 func checkpointObject(t *testing.T, r *rig, name string, id meta.FlowID) uint64 {
 	t.Helper()
-	rc, err := r.bucket.Get(context.Background(), sink.CheckpointPath("backup", "default", name, "g", id))
+	path := sink.CheckpointPath("backup", "default", name, "g", id)
+	if r.cfg.Layout == pipeline.LayoutV2 {
+		path = sink.CheckpointPathV2("backup", "g")
+	}
+	rc, err := r.bucket.Get(context.Background(), path)
 	if err != nil {
 		t.Fatalf("checkpoint object: %v", err)
 	}

@@ -1,10 +1,7 @@
 package pipeline
 
 import (
-	"fmt"
 	"time"
-
-	"github.com/flowlog/flowlog/sink"
 )
 
 // Commit age and gc (docs/FORMAT.md, "Commit protocol", "Commit age").
@@ -44,21 +41,13 @@ func (f *flusher) refreshStale(cyc *cycle) bool {
 	if limit <= 0 || first.IsZero() || time.Since(first) <= limit {
 		return false
 	}
-	cyc.renames++
-	id := fmt.Sprintf("%s-r%d", cyc.id, cyc.renames)
-	for _, fu := range cyc.flows {
-		if !fu.built {
-			continue // not built yet: it gets fresh names when it is
+	for _, u := range cyc.uploads {
+		if u.built { // one not built yet gets fresh names when it is
+			f.rename(cyc, u)
 		}
-		cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-		fu.meta.CycleID = id
-		fu.dataPath = sink.DataPath(f.c.d.GCSPrefix, cat, name, fu.flow.ID, fu.meta.MinTS, id)
-		fu.metaPath = sink.MetaPath(f.c.d.GCSPrefix, cat, name, fu.flow.ID, fu.meta.MinResolvedTS, id)
-		fu.meta.DataPath = fu.dataPath
-		fu.dataDone, fu.metaDone = false, false
 	}
 	f.c.log.Warn("flush cycle's objects are older than --max-commit-age; uploading them again under new names before the commit",
-		"cycle", cyc.id, "new_id", id, "first_upload_age", time.Since(first).Round(time.Second), "max_commit_age", limit)
+		"cycle", cyc.id, "first_upload_age", time.Since(first).Round(time.Second), "max_commit_age", limit)
 	cyc.upMu.Lock()
 	cyc.firstObject = time.Time{}
 	cyc.upMu.Unlock()

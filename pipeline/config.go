@@ -54,7 +54,7 @@ type Config struct {
 	// to loopback clients.
 	AdminToken     string
 	AdminTokenFile string
-	// MaxOpenFiles caps the temp files holding a 32 KiB write buffer at
+	// MaxOpenFiles caps the temp files holding a write buffer (up to 32 KiB) at
 	// once (they share one segment file per generation, segment.go); New
 	// lowers it to half the soft RLIMIT_NOFILE. Zero means 1024.
 	MaxOpenFiles int
@@ -74,7 +74,22 @@ type Config struct {
 	// (--max-clock-skew, shared with the operator commands, which refuse a
 	// restore ts past it). Zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
+	// Layout is the bucket layout new cycles are written in: LayoutV1 (a
+	// data object, a meta and a checkpoint object per flow per cycle) or
+	// LayoutV2 (one data object and one meta per cycle for every flow, one
+	// global checkpoint object, per-flow catalogs; docs/FORMAT.md, "Layout
+	// v2"). Empty means LayoutV1.
+	Layout string
 }
+
+// Bucket layouts of --layout.
+const (
+	LayoutV1 = "v1"
+	LayoutV2 = "v2"
+)
+
+// v2 reports whether cycles are written in layout v2.
+func (c *Config) v2() bool { return c.Layout == LayoutV2 }
 
 // DefaultMaxClockSkew is --max-clock-skew's default: far more than NTP-synced
 // clocks disagree, far less than a heartbeat that claims the year 4199.
@@ -92,7 +107,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
 	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
-	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files holding a 32KiB write buffer at once (more write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
+	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files holding a write buffer (4-32KiB) at once (more write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
 	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply records, and events of them, with a key or value larger than this go to the DLQ (sizes after decompression)")
@@ -113,6 +128,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token POST /flush requires (better set FLOWLOG_ADMIN_TOKEN or --admin-token-file: flags show in ps); empty: /flush only from loopback")
+	f.StringVar(&c.Layout, "layout", LayoutV1, "bucket layout of new backups: v1 (objects per flow per cycle) or v2 (one data object and meta per cycle for every flow, a global checkpoint object, per-flow catalogs); a v1 backup continues under v2 without a rewrite")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the bearer token POST /flush requires (surrounding whitespace ignored)")
 }
 
@@ -164,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if !validID(c.StoreID) {
 		errs = append(errs, fmt.Errorf("--store-id: %q must match [A-Za-z0-9_-]{1,64}", c.StoreID))
+	}
+	if c.Layout != "" && c.Layout != LayoutV1 && c.Layout != LayoutV2 {
+		errs = append(errs, fmt.Errorf("--layout: %q is neither v1 nor v2", c.Layout))
 	}
 	if c.Compression != "none" && c.Compression != "zstd" {
 		errs = append(errs, fmt.Errorf("--compression: %q is neither none nor zstd", c.Compression))

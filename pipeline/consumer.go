@@ -75,12 +75,14 @@ type Consumer struct {
 	// again (/readyz reports it).
 	tempFault atomic.Pointer[error]
 
+	// fatal owns the fatal-flow state of every session.
+	fatal *fatal
+
 	status statusCache // the flows' Redis part of /status
 
 	mu      sync.Mutex
 	cur     *session // the running session, for Flush and Status
 	lastCyc CycleStatus
-	fatal   map[meta.FlowID]bool
 
 	// flowLabels are the flow labels with metric series; the consume loop
 	// owns it (observeFlows).
@@ -106,7 +108,8 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	}
 	cfg.applyFileLimits(d.Logger)
 	cfg.applyMemoryLimits(d.Logger)
-	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer), fatal: map[meta.FlowID]bool{}}
+	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer)}
+	c.fatal = newFatal(d.Store, d.Registry, c.m, d.Logger, cfg.FatalAfter)
 	c.m.maxTempBytes.Set(float64(cfg.MaxTempBytes))
 	return c, nil
 }
@@ -174,6 +177,9 @@ func (c *Consumer) Flush(ctx context.Context) error {
 	}
 }
 
+// runSession is one membership of the group: it builds the session and its
+// Kafka client, starts the flusher, runs the consume loop until ctx ends or
+// the session fails, and then ends the session (endSession).
 func (c *Consumer) runSession(ctx context.Context) error {
 	s := &session{
 		c:        c,
@@ -185,9 +191,44 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	}
 	// The flusher exists before the client: the group's callbacks may run
 	// as soon as kgo.NewClient starts joining.
-	s.fl = newFlusher(c, s)
+	s.fl = newFlusher(c)
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
-	c.forgetFatal()
+	c.fatal.reset() // the cycles that failed belonged to the session before
+	opts, err := s.clientOpts()
+	if err != nil {
+		return err
+	}
+	// The decompressor outlives the client: s.end closes the client first.
+	defer s.dec.close()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	s.cl = cl
+	s.sizer.setClient(cl)
+	s.adm = kadm.NewClient(cl)
+	close(s.clReady)
+	// The flusher's context outlives ctx: a graceful stop still commits
+	// the final cycle. endSession cancels it.
+	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))
+	flDone := s.fl.start(flCtx, cl, s.adm)
+
+	c.mu.Lock()
+	c.cur = s
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.cur = nil
+		c.mu.Unlock()
+		close(s.stopped)
+	}()
+	return s.end(s.loop(ctx), flCancel, flDone)
+}
+
+// clientOpts are the options of the session's group client. It sets the
+// session's fetch sizer and decompressor, which the caller closes.
+func (s *session) clientOpts() ([]kgo.Opt, error) {
+	c := s.c
 	reset := kgo.NewOffset().AtStart()
 	if c.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
@@ -212,14 +253,14 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// ... counted decompressed: the limit follows the compression ratio of
 	// the batches fetched (fetchsize.go).
 	sizer, first := newFetchSizer(c.cfg.fetchMaxBytes(), func(n int32) { c.m.fetchMaxBytes.Set(float64(n)) })
+	s.sizer = sizer
 	opts = append(opts, kgo.FetchMaxBytes(first), kgo.FetchMaxPartitionBytes(first), kgo.WithHooks(sizer))
 	// ... and decompressed within bounds of its own: per batch
 	// --max-batch-bytes, per poll the fetch share (decompress.go).
 	dec, err := newBatchDecompressor(c.cfg.batchMax(), c.cfg.MemoryBudget()/fetchShare)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer dec.close()
 	dec.onDefer = c.m.fetchDeferred.Inc
 	s.dec = dec
 	opts = append(opts, kgo.WithDecompressor(dec))
@@ -227,41 +268,35 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	s.cl = cl
-	sizer.setClient(cl)
-	s.adm = kadm.NewClient(cl)
-	close(s.clReady)
-	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))
-	flDone := make(chan struct{})
-	go func() { defer close(flDone); s.fl.run(flCtx) }()
+	return opts, nil
+}
 
-	c.mu.Lock()
-	c.cur = s
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.cur = nil
-		c.mu.Unlock()
-		close(s.stopped)
-	}()
-
-	err = s.loop(ctx)
+// end ends the session after its consume loop returned err (nil: ctx
+// ended, a graceful stop), in this order, each step for its reason:
+//
+//  1. On a graceful stop, freeze what the session holds and wait up to
+//     --shutdown-timeout for its commit: a stop commits everything it
+//     consumed. A fenced final flush is no error: the new owner consumes
+//     the uncommitted records again.
+//  2. Close the flusher: it returns once its queue is drained. After a
+//     failure its context is canceled first, so nothing more commits once
+//     the session has failed (a hard stop; files stay for the next start).
+//  3. Wait for the flusher's goroutine: nothing touches the session's files
+//     or its Kafka client after it returned.
+//  4. Mark the session closing: the revoke callbacks that closing the client
+//     runs find nothing to flush.
+//  5. Close the Kafka client: it leaves the group and the partitions move.
+//  6. Remove the current generation's files (a graceful stop froze them
+//     all in step 1; after a failure they are consumed again).
+func (s *session) end(err error, flCancel context.CancelFunc, flDone <-chan struct{}) error {
+	c := s.c
 	if err == nil {
-		// Graceful stop: a final cycle of everything held, waited for.
 		s.mu.Lock()
 		cyc := s.freeze(triggerShutdown)
 		s.mu.Unlock()
 		wctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
 		switch werr := s.fl.waitCtx(wctx, cyc); {
 		case errors.Is(werr, meta.ErrLeaseLost):
-			// The partitions moved to another member while the stop was
-			// flushing (the group session expired): that member consumes
-			// the uncommitted records from the last commit, as after any
-			// rebalance. Nothing is lost and nothing needs an operator.
 			c.log.Warn("final flush fenced: the partitions have a new owner, which consumes the uncommitted records again", "err", werr)
 		case errors.Is(werr, context.DeadlineExceeded):
 			err = s.fl.uncommitted(c.cfg.ShutdownTimeout)
@@ -270,16 +305,16 @@ func (c *Consumer) runSession(ctx context.Context) error {
 		}
 		cancel()
 	}
-	s.fl.close()
 	if err != nil {
 		flCancel()
 	}
+	s.fl.close()
 	<-flDone
 	flCancel()
 	s.mu.Lock()
-	s.closing = true // the revoke callbacks of Close find nothing to flush
+	s.closing = true
 	s.mu.Unlock()
-	cl.Close() // leaves the group
+	s.cl.Close()
 	s.dropAll()
 	return err
 }

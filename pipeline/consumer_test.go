@@ -167,6 +167,7 @@ func TestAlwaysFailingStorageMakesFlowFatal(t *testing.T) {
 		return err == nil && st.Status == meta.StatusActive
 	}, "flow active again")
 	r.eventually(10*time.Second, func() bool { return r.cons.Stalled() == nil }, "stall cleared after recovery")
+	r.waitHandled(2) // fetching resumed: the record produced while fatal
 	r.flush()
 	_, got := r.entries(id)
 	if len(got) != 25 {
@@ -208,6 +209,9 @@ func TestCheckpointForwardOnlyAnd8ByteLE(t *testing.T) {
 	id := r.createFlow("ck", 4)
 	ctx := context.Background()
 	name := sink.CheckpointPath("backup", "default", "ck", "g", id)
+	if r.cfg.Layout == pipeline.LayoutV2 {
+		name = sink.CheckpointPathV2("backup", "g")
+	}
 
 	// A cycle with no data (only a heartbeat) still reports its resolved ts.
 	r.produceBatch(&event.Batch{RegionID: 1, ResolvedTS: ts(1000)})

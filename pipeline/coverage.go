@@ -193,6 +193,13 @@ func (s *session) collectCoverage(ctx context.Context) {
 			s.covDirty = true // the registry lags Redis: after its refresh
 			continue
 		}
+		if !known { // dropped: named by its last definition, if Redis kept it
+			f = &meta.Flow{ID: pf.ID, Info: pf.Info}
+		}
+		if s.covFlows == nil {
+			s.covFlows = map[meta.FlowID]*meta.Flow{}
+		}
+		s.covFlows[pf.ID] = f
 		for _, e := range pf.Entries {
 			key := covEntry{pf.ID, e.Seq}
 			for _, ps := range s.parts {
@@ -214,7 +221,8 @@ func (s *session) collectCoverage(ctx context.Context) {
 	}
 }
 
-// takeReports moves every partition's reports into cyc. Must hold s.mu.
+// takeReports moves every partition's reports into cyc, with the flows
+// they are of. Must hold s.mu.
 func (s *session) takeReports(cyc *cycle) {
 	for _, ps := range s.parts {
 		if len(ps.cov.reports) == 0 {
@@ -223,5 +231,11 @@ func (s *session) takeReports(cyc *cycle) {
 		cyc.coverage = append(cyc.coverage, ps.cov.reports...)
 		cyc.covLeases = append(cyc.covLeases, ps.lease)
 		ps.cov.reports = nil
+	}
+	for _, r := range cyc.coverage {
+		if cyc.covFlows == nil {
+			cyc.covFlows = map[meta.FlowID]*meta.Flow{}
+		}
+		cyc.covFlows[r.FlowID] = s.covFlows[r.FlowID]
 	}
 }

@@ -21,9 +21,10 @@ func TestCoverageBoundaryPerEntryWhileRegistryLags(t *testing.T) {
 	st := meta.NewStore(testenv.StartRedis(t).Client(t), "", nil)
 	reg := meta.NewRegistry(st)
 	c := &Consumer{cfg: Config{RegionTTL: time.Hour}, d: Deps{ApplyTopic: "apply", Store: st, Registry: reg},
-		log: slog.New(slog.DiscardHandler), m: newMetrics(nil), fatal: map[meta.FlowID]bool{}}
+		log: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
+	c.fatal = newFatal(st, reg, c.m, c.log, 30)
 	s := &session{c: c, parts: map[int32]*partState{}}
-	s.fl = newFlusher(c, s)
+	s.fl = newFlusher(c)
 	lease, err := st.AcquireLease(ctx, "apply", 0, "m")
 	if err != nil {
 		t.Fatal(err)

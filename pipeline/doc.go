@@ -9,31 +9,38 @@
 //     before process routes a record; meta.Applier.CatchUp applies the DDL
 //     topic up to its end offsets). A flow created before its data is
 //     never missed. See docs/FORMAT.md, "DDL barrier".
-//   - Exactly-once commit: flusher.go (attempt: upload, then the Redis
-//     commit, then Kafka, then the checkpoint), upload.go (the objects, and
-//     an ErrExists that is taken as the cycle's own only when it is),
-//     commitage.go (objects older than --max-commit-age are uploaded again
-//     before they are committed) and meta.Store.Commit (the fenced
-//     transaction). consumer.go drops a fenced session and rejoins. See
-//     docs/FORMAT.md, "Commit protocol".
-//   - Checkpoint: generation.go (partState.checkpoint, a partition's min
+//   - Exactly-once commit: cycle.go (attempt: upload, then the Redis
+//     commit, then Kafka, then the checkpoint; commitOf, what the commit
+//     lists), flusher.go (cycles one at a time, retried), build.go (the data
+//     object and meta of each layout), upload.go (the objects, an ErrExists
+//     taken as the cycle's own only when it is, and new names at once when
+//     it is not), commitage.go (objects older than --max-commit-age are
+//     uploaded again before they are committed) and meta.Store.Commit (the
+//     fenced transaction). consumer.go drops a fenced session and rejoins.
+//     See docs/FORMAT.md, "Commit protocol" and "Layout v2".
+//   - Checkpoint: partition.go (partState.checkpoint, a partition's min
 //     resolved ts over its live regions), session.go (freeze hands it to
 //     the cycle with the offsets it covers) and checkpoint.go (the global
-//     min over the partitions, and the checkpoint objects). See
-//     docs/FORMAT.md, "Checkpoint rule".
-//   - Coverage: flows.go (observeFlows captures each partition's routing
-//     boundary when the flows change) and coverage.go (the reports that
-//     ride in commits); meta/coverage.go makes windows final. See
+//     min over the partitions, read before coverage is finalised; the flows'
+//     catalogs and the checkpoint objects after). See docs/FORMAT.md,
+//     "Checkpoint rule".
+//   - Fatal flows: fatal.go owns the count of failed cycles and the fatal
+//     state (Redis, gauge, the fetch pause), under one lock.
+//   - Coverage: flowchanges.go (observeFlows captures each partition's
+//     routing boundary when the flows change) and coverage.go (the reports
+//     that ride in commits); meta/coverage.go makes windows final. See
 //     docs/FORMAT.md, "Coverage rule".
 //   - Backpressure: session.go (backpressure pauses fetching) and budget.go
 //     (overBudget: temp bytes and file memory over --max-temp-bytes, or more
 //     than twice --max-cycle-files files, current and in-flight cycles
-//     together); a fatal flow pauses fetching too.
+//     together); a fatal flow pauses fetching too, and so do
+//     maxInflightCycles cycles waiting (flusher.go).
 //   - Bounded memory: memory.go (--max-memory split into fetch, buffer,
 //     upload and file-bookkeeping shares), fetchsize.go (fetch sizes follow
 //     the decompressed bytes), generation.go and tempfile.go (at most
 //     --max-open-files write buffers, one segment file per generation,
-//     segment.go) and spill.go (full buffers written in bounded batches).
+//     segment.go), spill.go (full buffers written in bounded batches) and
+//     pack.go (partial buffers packed into frames off the consume loop).
 //     Nothing grows with the backlog.
 //
 // The routing itself is router.go, the temp directory's safety rules

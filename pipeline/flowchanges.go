@@ -60,38 +60,10 @@ func (s *session) observeFlows() (changed bool) {
 	s.captureBoundaries(s.flows, view)
 	s.flows = view
 	s.covDirty = true
-	s.reconcileFatal()
-	return changed
-}
-
-// reconcileFatal clears the fatal flag of every flow the registry no longer
-// knows as fatal: a resume applied by any replica, or a drop.
-func (s *session) reconcileFatal() {
-	c := s.c
-	c.mu.Lock()
-	var cleared []meta.FlowID
-	for id := range c.fatal {
-		if f, ok := c.d.Registry.Flow(id); ok && f.Status == meta.StatusFatal {
-			continue
-		}
-		delete(c.fatal, id)
-		cleared = append(cleared, id)
-	}
-	c.mu.Unlock()
-	for _, id := range cleared {
-		s.fl.mu.Lock()
-		delete(s.fl.failures, id)
-		s.fl.mu.Unlock()
-		if f, ok := c.d.Registry.Flow(id); ok {
-			c.m.flowFatal.WithLabelValues(flowLabel(f.Info.CatalogName, f.Info.FlowName)).Set(0)
-			c.log.Info("flow no longer fatal in Redis (resumed); fetching again", "flow", flowLabel(f.Info.CatalogName, f.Info.FlowName), "flow_id", id)
-		} else {
-			c.log.Info("fatal flow dropped; fetching again", "flow_id", id)
-		}
-	}
-	if len(cleared) > 0 {
+	if c.fatal.reconcile() {
 		s.fl.kick()
 	}
+	return changed
 }
 
 func tableSet(ids []uint32) string {
@@ -101,14 +73,4 @@ func tableSet(ids []uint32) string {
 		parts[i] = strconv.FormatUint(uint64(t), 10)
 	}
 	return strings.Join(parts, ",")
-}
-
-// forgetFatal clears every fatal flag at the start of a session: the cycles
-// that failed belonged to the session before, and the flags would otherwise
-// stop fetching with nothing left to retry. A flow whose cause remains
-// becomes fatal again after --fatal-after failed cycles of the new session.
-func (c *Consumer) forgetFatal() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	clear(c.fatal)
 }

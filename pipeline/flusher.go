@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -17,60 +16,15 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-// partCommit is a partition's part of a cycle: the offsets [from, to) it
-// consumed since the previous cycle and its checkpoint at the freeze.
-type partCommit struct {
-	lease    meta.Lease
-	from, to int64
-	stored   int64 // offset:<topic>:<p> as the commit must find it (-1: absent)
-	ckpt     uint64
-	hasCkpt  bool
-	idle     bool // no live region: left out of the global checkpoint
-	maxTS    uint64
-	regions  map[uint64]uint64
-}
-
-// cycle is one frozen generation on its way to GCS and the commit.
-type cycle struct {
-	id      string
-	seq     uint64
-	trigger string
-	files   []*tempFile
-	bytes   int64
-	mem     int64 // memory its files hold (tempFile.mem), counted in the temp budget
-	parts   []partCommit
-	// coverage are the partition reports of pending coverage windows and
-	// covLeases the leases of their partitions.
-	coverage  []meta.CoverageReport
-	covLeases []meta.Lease
-
-	closed  bool
-	flows   []*flowUpload // files grouped by flow, built on the first attempt
-	started time.Time
-	// firstObject is when the first object under the current names was
-	// uploaded (commitage.go), under upMu; renames counts the renames.
-	upMu        sync.Mutex
-	firstObject time.Time
-	renames     int
-
-	done chan struct{}
-	err  error
-}
-
-// discard removes the cycle's temp files.
-func (cyc *cycle) discard() {
-	for _, tf := range cyc.files {
-		tf.remove()
-	}
-}
-
-// flusher runs cycles one at a time, in freeze order, on its own goroutine.
-// A cycle is retried with backoff until it commits; its files stay on disk
-// until then. Cycles queue behind it while the consume loop goes on, bounded
-// by --max-temp-bytes (the loop pauses fetching past it).
+// flusher runs cycles one at a time, in freeze order, on its own goroutine
+// (start; runSession owns it and waits for it to end). A cycle is retried
+// with backoff until it commits; its files stay on disk until then. Cycles
+// queue behind it while the consume loop goes on, bounded by
+// --max-temp-bytes (the loop pauses fetching past it).
 type flusher struct {
-	c *Consumer
-	s *session
+	c   *Consumer
+	cl  *kgo.Client  // the session's group client: Kafka offset commits
+	adm *kadm.Client // on cl: end and start offsets for the checkpoint
 
 	mu       sync.Mutex
 	queue    []*cycle
@@ -80,7 +34,6 @@ type flusher struct {
 	err      error // a fencing failure: the session must end
 	lastFail error // the last failed attempt of a cycle, for UncommittedError
 	inflight []*cycle
-	failures map[meta.FlowID]int
 	// kafkaPending are the Redis-committed offsets not yet acknowledged by
 	// Kafka's group coordinator, by apply partition.
 	kafkaPending map[int32]int64
@@ -88,23 +41,83 @@ type flusher struct {
 	// cycle of theirs that commits late must not queue a Kafka commit over
 	// the new owner's.
 	kafkaGone map[int32]bool
+	// failing is the cycle being retried, while it is.
+	failing failingCycle
+	// ckptWritten is the value this flusher last wrote to the layout v2
+	// global checkpoint object, and catalogsInit whether it made the flows
+	// of an older version dirty (advanceCheckpoint's goroutine only).
+	ckptWritten  uint64
+	catalogsInit bool
 }
 
-func newFlusher(c *Consumer, s *session) *flusher {
-	return &flusher{c: c, s: s, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), failures: map[meta.FlowID]int{}, kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
+// failingCycle is a cycle whose attempts keep failing.
+type failingCycle struct {
+	id       string
+	attempts int // failed in a row
+	err      error
+}
+
+// maxInflightCycles bounds the frozen cycles waiting for their commit: past
+// it the interval trigger freezes no other and fetching pauses. A cycle
+// that cannot upload (one that owes a dropped flow's data, say) thus never
+// makes the queue grow without end while heartbeats keep coming. The size
+// and files triggers still freeze (they keep a cycle within --flush-size
+// and --max-cycle-files; --max-temp-bytes bounds what they can add), and so
+// do the triggers a correct backup needs (DDL, revoke, shutdown, POST
+// /flush).
+const maxInflightCycles = 8
+
+// full reports whether maxInflightCycles cycles wait.
+func (f *flusher) full() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.inflight) >= maxInflightCycles
+}
+
+// readyFailedAttempts is how many failed attempts in a row of a cycle make
+// /readyz report it (at most --fatal-after).
+const readyFailedAttempts = 5
+
+// stuck returns an error naming the cycle being retried once its attempts
+// failed readyFailedAttempts times in a row (or --fatal-after, if fewer),
+// and nil otherwise.
+func (f *flusher) stuck() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fc := f.failing; fc.attempts > 0 && fc.attempts >= min(readyFailedAttempts, f.c.cfg.FatalAfter) {
+		return fmt.Errorf("flush cycle %s cannot upload or commit: %d attempts failed in a row, the last with: %w", fc.id, fc.attempts, fc.err)
+	}
+	return nil
+}
+
+func newFlusher(c *Consumer) *flusher {
+	return &flusher{c: c, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
+}
+
+// start runs the flusher on a goroutine of its own with the session's
+// clients, until close and an empty queue or ctx's end; done is closed when
+// it has returned.
+func (f *flusher) start(ctx context.Context, cl *kgo.Client, adm *kadm.Client) (done <-chan struct{}) {
+	f.cl, f.adm = cl, adm
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		f.run(ctx)
+	}()
+	return ch
 }
 
 // enqueue hands a frozen cycle over. It never blocks.
 func (f *flusher) enqueue(cyc *cycle) {
 	f.mu.Lock()
 	if f.err != nil || f.closed {
-		cyc.err = errors.New("flusher stopped")
+		err := errors.New("flusher stopped")
 		if f.err != nil {
-			cyc.err = f.err
+			err = f.err
 		}
-		close(cyc.done)
 		f.mu.Unlock()
 		cyc.discard()
+		cyc.complete(err)
 		return
 	}
 	f.queue = append(f.queue, cyc)
@@ -143,11 +156,6 @@ func (f *flusher) failure() error {
 	return f.err
 }
 
-func (f *flusher) wait(cyc *cycle) error {
-	<-cyc.done
-	return cyc.err
-}
-
 func (f *flusher) waitCtx(ctx context.Context, cyc *cycle) error {
 	select {
 	case <-cyc.done:
@@ -173,16 +181,10 @@ func (f *flusher) inflightByFlow() map[string]float64 {
 	out := map[string]float64{}
 	for _, c := range f.inflight {
 		for _, tf := range c.files {
-			out[flowLabel(tf.flow.Info.CatalogName, tf.flow.Info.FlowName)] += float64(tf.size)
+			tf.eachFlow(func(fl *meta.Flow) { out[flowLabel(fl.Info.CatalogName, fl.Info.FlowName)] += float64(tf.size) })
 		}
 	}
 	return out
-}
-
-func (f *flusher) anyFatal() bool {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	return len(f.c.fatal) > 0
 }
 
 func (f *flusher) next() *cycle {
@@ -204,7 +206,6 @@ func (f *flusher) next() *cycle {
 }
 
 func (f *flusher) finish(cyc *cycle, err error) {
-	cyc.err = err
 	f.mu.Lock()
 	for i, c := range f.inflight {
 		if c == cyc {
@@ -214,7 +215,7 @@ func (f *flusher) finish(cyc *cycle, err error) {
 	}
 	f.c.m.inflightCycles.Set(float64(len(f.inflight)))
 	f.mu.Unlock()
-	close(cyc.done)
+	cyc.complete(err)
 }
 
 // run processes cycles until close is called and the queue is empty, or ctx
@@ -269,6 +270,12 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 	backoff := c.cfg.RetryBackoff
 	for attempt := 1; ; attempt++ {
 		err := f.attempt(ctx, cyc)
+		f.mu.Lock()
+		f.failing = failingCycle{}
+		if err != nil {
+			f.failing = failingCycle{id: cyc.id, attempts: attempt, err: err}
+		}
+		f.mu.Unlock()
 		if err == nil {
 			c.m.cyclesTotal.WithLabelValues(cyc.trigger, "ok").Inc()
 			c.m.flushDuration.WithLabelValues("total").Observe(time.Since(cyc.started).Seconds())
@@ -290,83 +297,6 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 		}
 		backoff = min(backoff*2, c.cfg.MaxRetryDelay)
 	}
-}
-
-// attempt is one try of a cycle: upload what is not uploaded yet, commit in
-// Redis, commit in Kafka, advance the checkpoint.
-func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
-	c := f.c
-	if err := f.seal(cyc); err != nil {
-		return err
-	}
-
-	start := time.Now()
-	if err := f.uploadAll(ctx, cyc); err != nil {
-		return err
-	}
-	if f.refreshStale(cyc) {
-		// Committed right after, however long this takes: renaming again
-		// here could loop forever on a slow store.
-		if err := f.uploadAll(ctx, cyc); err != nil {
-			return err
-		}
-	}
-	c.m.flushDuration.WithLabelValues("upload").Observe(time.Since(start).Seconds())
-
-	start = time.Now()
-	commit := meta.Commit{LastFlushTS: uint64(time.Now().UnixMilli()) << 18}
-	for _, p := range cyc.parts {
-		commit.Leases = append(commit.Leases, p.lease)
-		commit.Partitions = append(commit.Partitions, meta.PartitionCommit{
-			Topic: p.lease.Topic, Partition: p.lease.Partition, NextOffset: p.to,
-			Checkpoint: p.ckpt, HasCheckpoint: p.hasCkpt, Idle: p.idle, Regions: p.regions, MaxTS: p.maxTS,
-			CheckFrom: true, From: p.stored,
-		})
-	}
-	for _, l := range cyc.covLeases {
-		if !slices.ContainsFunc(commit.Leases, func(h meta.Lease) bool { return h.Topic == l.Topic && h.Partition == l.Partition }) {
-			commit.Leases = append(commit.Leases, l)
-		}
-	}
-	commit.Coverage = cyc.coverage
-	for _, fu := range cyc.flows {
-		commit.Metas = append(commit.Metas, meta.MetaRef{FlowID: fu.flow.ID, Path: fu.metaPath, MinResolvedTS: fu.minResolved})
-		commit.Flows = append(commit.Flows, fu.flow.ID)
-	}
-	if len(commit.Partitions) > 0 || len(commit.Metas) > 0 || len(commit.Coverage) > 0 {
-		if err := c.d.Store.Commit(ctx, commit); err != nil {
-			return fmt.Errorf("commit cycle %s: %w", cyc.id, err)
-		}
-	}
-	c.m.flushDuration.WithLabelValues("commit").Observe(time.Since(start).Seconds())
-	f.recovered(cyc)
-	c.tempFault.Store(nil)
-
-	start = time.Now()
-	f.commitKafka(ctx, cyc)
-	c.m.flushDuration.WithLabelValues("kafka_commit").Observe(time.Since(start).Seconds())
-
-	start = time.Now()
-	if err := f.advanceCheckpoint(ctx); err != nil {
-		c.log.Warn("advancing the global checkpoint failed; retried next cycle", "err", err)
-	}
-	c.m.flushDuration.WithLabelValues("checkpoint").Observe(time.Since(start).Seconds())
-
-	c.mu.Lock()
-	c.lastCyc = CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
-		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()}
-	c.mu.Unlock()
-	// An interval cycle without files (offsets and checkpoints only) is
-	// most of an idle consumer's cycles: debug, so that the log holds what
-	// moved data. A stop's or a revoke's cycle is logged even when empty:
-	// it says the stop committed.
-	level := slog.LevelInfo
-	if len(cyc.files) == 0 && cyc.trigger == triggerInterval {
-		level = slog.LevelDebug
-	}
-	c.log.Log(ctx, level, "flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
-		"bytes", cyc.bytes, "flows", len(cyc.flows), "partitions", len(cyc.parts), "took", time.Since(cyc.started).Round(time.Millisecond))
-	return nil
 }
 
 // commitKafka mirrors the Redis offsets to the group's Kafka commits. They
@@ -395,7 +325,7 @@ func (f *flusher) commitKafka(ctx context.Context, cyc *cycle) {
 	f.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	f.s.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	f.cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			f.c.log.Warn("kafka offset commit failed (Redis holds the offsets); retried next cycle", "err", err)
 			return

@@ -211,6 +211,10 @@ func TestLateCommitUploadsAgain(t *testing.T) {
 	r := newRig(t, 1, bucket, func(c *pipeline.Config) {
 		c.MaxCommitAge = 200 * time.Millisecond
 		c.FatalAfter = 100000
+		// The rename is the same in both layouts (a layout v2 test of it:
+		// TestV2LateCommitRenames); this one drives it through gc, which
+		// judges layout v1 objects per flow.
+		c.Layout = pipeline.LayoutV1
 	})
 	r.start()
 	id := r.createFlow("late", 1)

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"github.com/flowlog/flowlog/meta"
 )
@@ -29,6 +28,7 @@ type generation struct {
 	seg     *segment
 	bytes   int64     // framed bytes of its files
 	mem     int64     // estimated memory of its files besides buffers (tempFile.mem)
+	raw     int64     // bytes of raw runs: the flusher writes their frames again (pack.go)
 	open    int       // files holding a buffer
 	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
@@ -44,9 +44,13 @@ func newGeneration(root string, id uint64, maxOpen int, compression string) *gen
 	return g
 }
 
-// cost is what the generation counts against --flush-size and
-// --max-temp-bytes: its bytes plus the memory its files hold.
+// cost is what the generation counts against --flush-size: its bytes plus
+// the memory its files hold.
 func (g *generation) cost() int64 { return g.bytes + g.mem }
+
+// diskCost is what it counts against --max-temp-bytes: its cost and its raw
+// runs once more, whose frames take disk too until the cycle commits.
+func (g *generation) diskCost() int64 { return g.cost() + g.raw }
 
 // file returns the temp file of key, creating it on first use. (The key
 // holds the flow id, which keeps a flow dropped and created again under the
@@ -111,6 +115,7 @@ func (g *generation) forget(t *tempFile) {
 		g.open--
 	}
 	g.mem -= t.mem()
+	g.raw -= t.raw
 	if g.last == t {
 		g.last = nil
 	}
@@ -148,46 +153,4 @@ func (g *generation) seal() (files []*tempFile, mem int64) {
 	}
 	g.last = nil
 	return files, mem
-}
-
-// regionState is what a partition knows of one region.
-type regionState struct {
-	resolved uint64
-	seen     time.Time
-}
-
-// partState is the consume loop's view of one assigned apply partition.
-type partState struct {
-	partition  int32
-	lease      meta.Lease
-	next       int64  // offset after the last record handled
-	cycleFrom  int64  // first offset not yet part of a frozen cycle
-	stored     int64  // offset:<topic>:<p> once the cycles frozen so far commit (-1: absent)
-	frozenCkpt uint64 // checkpoint handed to the last cycle
-	frozenIdle bool   // the last cycle had no live region (ckpt idle)
-	// lateBelow is the highest checkpoint the partition committed or handed
-	// to a cycle: a write at or below it arrived late (late_events_total).
-	lateBelow uint64
-	regions   map[uint64]*regionState
-	hwm       int64
-	maxTS     uint64 // highest ts of the records handled (and committed before)
-	cov       partCoverage
-}
-
-// checkpoint is the min resolved ts over the partition's regions seen within
-// ttl, and false when there is none. Regions silent longer than ttl are
-// forgotten on the way.
-func (p *partState) checkpoint(now time.Time, ttl time.Duration) (uint64, bool) {
-	var ck uint64
-	ok := false
-	for id, r := range p.regions {
-		if now.Sub(r.seen) > ttl {
-			delete(p.regions, id)
-			continue
-		}
-		if !ok || r.resolved < ck {
-			ck, ok = r.resolved, true
-		}
-	}
-	return ck, ok
 }

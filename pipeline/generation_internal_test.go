@@ -79,6 +79,9 @@ func testGenerationCap(t *testing.T, compression string) {
 	}
 
 	files, sealedMem := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
 	if len(files) != nFiles-1 || sealedMem != g.mem {
 		t.Fatalf("seal gave %d files holding %d bytes, want %d files holding %d", len(files), sealedMem, nFiles-1, g.mem)
 	}
@@ -116,7 +119,7 @@ func testGenerationCap(t *testing.T, compression string) {
 	}
 }
 
-// readChunkFile reads a sealed temp file from its segment as the flusher
+// readChunkFile reads a sealed and packed temp file from its segments as the flusher
 // does, checks its stored length and CRC32C, and returns its framed bytes,
 // decompressed if it is zstd.
 func readChunkFile(t *testing.T, tf *tempFile) []byte {
@@ -173,6 +176,9 @@ func testSealUnopened(t *testing.T, compression string) {
 		t.Fatal(err)
 	}
 	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
 	if len(files) != 1 || files[0] != tf {
 		t.Fatalf("seal gave %d files", len(files))
 	}
@@ -260,6 +266,9 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 				}
 			}
 			files, _ := g.seal()
+			if err := packFiles(files); err != nil {
+				t.Fatal(err)
+			}
 			if drains == 0 {
 				t.Fatalf("no drain ran: the test does not exercise them")
 			}
@@ -272,5 +281,128 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A compressed file whose buffer keeps going out before it is full (the
+// open-buffer cap gives it to another file between appends) gets no frame
+// per partial buffer: its partial buffers are raw runs, packed by the
+// flusher into frames of up to 32 KiB, so twenty 1 KiB appends, each
+// between two evictions, become one frame, and the chunk reads back as
+// appended.
+func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	var want []byte
+	var tf *tempFile
+	for i := range 20 {
+		for j, region := range []uint64{1, 2} { // region 2 takes region 1's buffer
+			key := fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
+			f, err := g.file(key, flow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := event.AppendDataKey(nil, event.RowKey(1, int64(i*2+j)), uint64(i+1))
+			v := bytes.Repeat([]byte{'a' + byte(i%26)}, 1000)
+			if err := f.append(k, v, uint64(i+1), 0); err != nil {
+				t.Fatal(err)
+			}
+			if region == 1 {
+				tf, want = f, event.AppendEntry(want, k, v)
+			}
+		}
+	}
+	files, _ := g.seal()
+	if tf.raw == 0 {
+		t.Fatal("no raw run: the test evicted no partial buffer")
+	}
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	if len(tf.ext) != 1 || tf.ext[0].seg == tf.seg || tf.raw != 0 {
+		t.Fatalf("chunk of %d bytes in %d extents (raw left %d), want one frame in the pack segment", tf.size, len(tf.ext), tf.raw)
+	}
+	if got := readChunkFile(t, tf); !bytes.Equal(got, want) {
+		t.Fatalf("packed chunk reads back %d bytes, want the %d appended", len(got), len(want))
+	}
+	for _, f := range files {
+		f.remove()
+	}
+	if _, err := os.Stat(tf.pack.path); !os.IsNotExist(err) {
+		t.Fatalf("pack segment left after its files were removed: %v", err)
+	}
+}
+
+// A file takes a small buffer first and a larger one as it fills it, up to
+// tempBufSize, and the size it reached when it opens again: many small files
+// hold little buffer memory, a busy one writes full-size frames.
+func TestBuffersGrowWithTheirFile(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	file := func(region uint64) *tempFile {
+		f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	put := func(f *tempFile, i int, size int) {
+		t.Helper()
+		if err := f.append(event.AppendDataKey(nil, event.RowKey(1, int64(i)), 1), bytes.Repeat([]byte{'v'}, size), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small, busy := file(1), file(2)
+	put(small, 0, 100)
+	if cap(small.buf) != minBufSize {
+		t.Fatalf("a new file's buffer holds %d bytes, want %d", cap(small.buf), minBufSize)
+	}
+	for i := range 40 {
+		put(busy, i, 1000) // evicts small's buffer
+	}
+	if cap(busy.buf) != tempBufSize || busy.bufSize != tempBufSize {
+		t.Fatalf("a busy file's buffer holds %d bytes (opens with %d), want %d", cap(busy.buf), busy.bufSize, tempBufSize)
+	}
+	put(small, 1, 100) // evicts busy's
+	if cap(small.buf) != minBufSize {
+		t.Fatalf("the small file's buffer grew to %d bytes", cap(small.buf))
+	}
+	put(busy, 100, 10)
+	if cap(busy.buf) != tempBufSize {
+		t.Fatalf("the busy file reopened with %d bytes, want %d", cap(busy.buf), tempBufSize)
+	}
+	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if raw := readChunkFile(t, f); int64(len(raw)) != f.size {
+			t.Fatalf("%s reads back %d bytes, holds %d", f.name(), len(raw), f.size)
+		}
+	}
+}
+
+// A chunk of at most tinyChunk bytes, all of them raw runs, is stored
+// uncompressed as it was written: no frame, nothing packed.
+func TestTinyChunkStoredUncompressed(t *testing.T) {
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
+	f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := event.AppendDataKey(nil, event.RowKey(1, 1), 1)
+	if err := f.append(k, []byte("one small event"), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := g.seal()
+	if err := packFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	if f.zstd || f.pack != nil || f.stored != f.size {
+		t.Fatalf("tiny chunk: zstd %v, packed %v, %d bytes stored of %d", f.zstd, f.pack != nil, f.stored, f.size)
+	}
+	if got := readChunkFile(t, f); !bytes.Equal(got, event.AppendEntry(nil, k, []byte("one small event"))) {
+		t.Fatalf("tiny chunk reads back %x", got)
 	}
 }

@@ -43,6 +43,15 @@ type rig struct {
 	tempDir string
 }
 
+// testLayout is the bucket layout the rig's consumers write:
+// FLOWLOG_TEST_LAYOUT (v1 or v2), v2 when unset.
+func testLayout() string {
+	if l := os.Getenv("FLOWLOG_TEST_LAYOUT"); l != "" {
+		return l
+	}
+	return pipeline.LayoutV2
+}
+
 func newRig(t *testing.T, partitions int32, bucket sink.Bucket, tweak func(*pipeline.Config)) *rig {
 	t.Helper()
 	r := &rig{t: t, kafka: testenv.StartKafka(t, partitions), redis: testenv.StartRedis(t), bucket: bucket}
@@ -55,6 +64,7 @@ func newRig(t *testing.T, partitions int32, bucket sink.Bucket, tweak func(*pipe
 		MaxValueSize: 1 << 20, RegionTTL: time.Hour, StartOffset: "earliest", StoreID: "test",
 		Compression: "zstd", UploadParallel: 2, FatalAfter: 30,
 		RetryBackoff: 5 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+		Layout: testLayout(),
 	}
 	if tweak != nil {
 		tweak(&r.cfg)
@@ -181,8 +191,11 @@ func (r *rig) eventually(d time.Duration, cond func() bool, what string) {
 	}
 }
 
-// entries reads back every entry of every chunk referenced by the flow's
-// manifest, checking sha256 on the way.
+// entries reads back every entry of every chunk of the flow that the
+// metas listed in metas:<id> reference: in a layout v2 meta only the chunks
+// that hold the flow (sink.Meta.Holds), so that an entry is counted once
+// per flow whatever other flows its chunk serves. ReadChunk checks sha256
+// on the way.
 func (r *rig) entries(id meta.FlowID) (metas []sink.Meta, entries map[string]int) {
 	r.t.Helper()
 	ctx := context.Background()
@@ -202,8 +215,14 @@ func (r *rig) entries(id meta.FlowID) (metas []sink.Meta, entries map[string]int
 		if err != nil {
 			r.t.Fatalf("decode meta %s: %v", ref.Path, err)
 		}
+		if !m.Serves(id) {
+			r.t.Fatalf("meta %s listed under flow %d does not serve it", ref.Path, id)
+		}
 		metas = append(metas, m)
 		for _, f := range m.Files {
+			if !m.Holds(id, &f) {
+				continue
+			}
 			chunk, err := sink.ReadChunk(ctx, r.bucket, m.DataPath, f)
 			if err != nil {
 				r.t.Fatalf("chunk of %s: %v", m.DataPath, err)

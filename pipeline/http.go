@@ -57,15 +57,16 @@ func Handler(c *Consumer, g prometheus.Gatherer, probes ...Probe) http.Handler {
 			http.Error(w, "not in a consumer group session", http.StatusServiceUnavailable)
 			return
 		}
-		if err := c.Stalled(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
+		// A dependency that fails comes first: it is the likely cause of a
+		// stall or of a cycle that cannot upload, named after it.
 		var bad []string
 		for _, d := range pr.check(r.Context(), probeDeadline) {
 			if p := d.problem(); p != "" {
 				bad = append(bad, p)
 			}
+		}
+		if err := c.Stalled(); err != nil {
+			bad = append(bad, err.Error())
 		}
 		if len(bad) > 0 {
 			http.Error(w, strings.Join(bad, "; "), http.StatusServiceUnavailable)

@@ -114,8 +114,13 @@ func TestDropAndRecreateByAnotherReplica(t *testing.T) {
 			}
 		}
 		for _, m := range metas {
-			if m.FlowID != tc.id || !strings.Contains(m.DataPath, "-"+itoa(tc.id)+"-") {
+			if m.Version == sink.MetaVersion && (m.FlowID != tc.id || !strings.Contains(m.DataPath, "-"+itoa(tc.id)+"-")) {
 				t.Errorf("flow %d: meta of flow %d with data path %s", tc.id, m.FlowID, m.DataPath)
+			}
+			for _, f := range m.Files { // layout v2: a chunk is the old flow's or the new one's
+				if m.Version == sink.MetaVersion2 && m.Holds(old, &f) && m.Holds(fresh, &f) {
+					t.Errorf("flow %d: a chunk of %s holds both flows (%v)", tc.id, m.DataPath, f.FlowIDs)
+				}
 			}
 		}
 	}

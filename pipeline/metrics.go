@@ -28,6 +28,7 @@ type metrics struct {
 	inflightCycles  prometheus.Gauge
 	lateEvents      prometheus.Counter
 	fetchMaxBytes   prometheus.Gauge
+	catalogsWritten prometheus.Counter
 	fetchDeferred   prometheus.Counter
 
 	// Series of the per-record path, resolved once.
@@ -125,6 +126,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Name: "fetch_max_bytes",
 			Help: "The fetch size limit in use (FetchMaxBytes, compressed bytes): the fetch share of --max-memory over the compression ratio seen in fetched batches.",
 		}),
+		catalogsWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "catalogs_written_total",
+			Help: "Flow catalog objects uploaded (layout v2): one per change of a flow's definition, coverage windows, truncation point or snapshots.",
+		}),
 		fetchDeferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "fetch_batches_deferred_total",
 			Help: "Fetched record batches left in Kafka for the next poll because the poll's batches had decompressed to the fetch share of --max-memory.",
@@ -134,7 +139,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.events, m.batchSeconds, m.tempWrite, m.tempBytes, m.maxTempBytes, m.flushDuration,
 			m.objectBytes, m.flushFailures, m.flowFatal, m.checkpointTS, m.checkpointLag, m.checkpointAhead, m.tsAhead,
 			m.consumerLag, m.cyclesTotal, m.inflightCycles, m.tempWriteErrors, m.lateEvents, m.fetchMaxBytes,
-			m.fetchDeferred)
+			m.fetchDeferred, m.catalogsWritten)
 	}
 	m.written = m.events.WithLabelValues(resultWritten, "")
 	m.skipLock = m.events.WithLabelValues(resultSkipped, reasonLockCF)

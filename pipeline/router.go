@@ -54,3 +54,25 @@ func (r *Router) Route(encoded []byte) (flows []*meta.Flow, table int64, isMeta 
 		return nil, 0, false, reasonNoTbl
 	}
 }
+
+// RouteSet is Route returning the flows as their set (meta.FlowSet), as
+// layout v2 stores an event: once, for every flow that routed it.
+func (r *Router) RouteSet(encoded []byte) (set *meta.FlowSet, table int64, isMeta bool, reason string) {
+	kind, table := event.Classify(encoded)
+	switch kind {
+	case event.KindTable:
+		if set = r.reg.SetForTable(table); set == nil {
+			return nil, table, false, reasonNoFlow
+		}
+		return set, table, false, ""
+	case event.KindMeta:
+		if set = r.reg.AllSet(); set == nil {
+			return nil, 0, true, reasonNoFlow
+		}
+		return set, 0, true, ""
+	case event.KindBadTable:
+		return nil, 0, false, reasonBadKey
+	default:
+		return nil, 0, false, reasonNoTbl
+	}
+}

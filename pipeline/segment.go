@@ -24,10 +24,19 @@ import (
 // lost, or the session failed); it never changes after its generation is
 // sealed, so a retried cycle uploads the same bytes.
 
-// extent is a run of bytes of a segment.
+// extent is a run of bytes of a segment: stored bytes of a chunk (frames,
+// or the entries of an uncompressed one), or a raw run of a compressed
+// chunk that pack has not compressed yet.
 type extent struct {
+	seg      *segment
 	off, len int64
+	crc      uint32 // CRC32C of its bytes
+	raw      bool
 }
+
+// segWriteBuf is how many bytes a segment gathers before one write(2):
+// thousands of small chunks would otherwise cost a system call per frame.
+const segWriteBuf = 256 << 10
 
 // segment is the file a generation's chunks write their frames to.
 type segment struct {
@@ -35,6 +44,7 @@ type segment struct {
 
 	mu   sync.Mutex
 	f    *os.File // write handle; nil before the first write and after seal
+	wbuf []byte   // bytes written but not yet passed to the file
 	size int64    // bytes written
 	err  error    // the first failed write: the segment lost bytes, sticky
 	refs int      // chunks not yet removed
@@ -50,9 +60,11 @@ func (s *segment) acquire() {
 }
 
 // write appends p and returns the offset it was written at. Writes of
-// several goroutines (a drain's workers) are serialized; their frames are
-// compressed before. After a failed write every later one fails too: the
-// file may hold part of p, and the offsets after it are unknown.
+// several goroutines (a drain's or pack's workers) are serialized; their
+// frames are compressed before. Bytes reach the file in runs of up to
+// segWriteBuf (flushLocked), and may be read only once the segment is
+// sealed. After a failed write every later one fails too: the file may hold
+// part of a run, and the offsets after it are unknown.
 func (s *segment) write(p []byte) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -68,26 +80,56 @@ func (s *segment) write(p []byte) (int64, error) {
 		s.f = f
 	}
 	off := s.size
-	n, err := s.f.Write(p)
-	s.size += int64(n)
-	if err != nil {
-		s.err = fmt.Errorf("write temp segment %s: %w", s.path, err)
-		return 0, s.err
+	s.size += int64(len(p))
+	if len(s.wbuf)+len(p) > segWriteBuf {
+		if err := s.flushLocked(); err != nil {
+			return 0, err
+		}
 	}
+	if len(p) >= segWriteBuf {
+		if _, err := s.f.Write(p); err != nil {
+			s.err = fmt.Errorf("write temp segment %s: %w", s.path, err)
+			return 0, s.err
+		}
+		return off, nil
+	}
+	if s.wbuf == nil {
+		s.wbuf = make([]byte, 0, segWriteBuf)
+	}
+	s.wbuf = append(s.wbuf, p...)
 	return off, nil
 }
 
-// seal closes the write handle: the segment takes no more writes.
+// flushLocked passes the gathered bytes to the file. Must hold s.mu.
+func (s *segment) flushLocked() error {
+	if len(s.wbuf) == 0 {
+		return nil
+	}
+	_, err := s.f.Write(s.wbuf)
+	s.wbuf = s.wbuf[:0]
+	if err != nil {
+		s.err = fmt.Errorf("write temp segment %s: %w", s.path, err)
+	}
+	return s.err
+}
+
+// seal writes what is gathered and closes the write handle: the segment
+// takes no more writes.
 func (s *segment) seal() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return s.err
 	}
+	ferr := s.flushLocked()
+	s.wbuf = nil
 	err := s.f.Close()
 	s.f = nil
 	if err != nil && s.err == nil {
 		s.err = fmt.Errorf("close temp segment %s: %w", s.path, err)
+	}
+	if ferr != nil {
+		return ferr
 	}
 	return s.err
 }
@@ -126,6 +168,7 @@ func (s *segment) release() {
 		_ = s.f.Close()
 		s.f = nil
 	}
+	s.wbuf = nil
 	if s.size > 0 || s.err != nil {
 		_ = os.Remove(s.path)
 	}
@@ -133,8 +176,8 @@ func (s *segment) release() {
 }
 
 // chunkReader reads chunks' stored bytes one after the other, each from
-// its extents of its segment, opening a segment for reading when it gets
-// to it: a flow's object streamed from disk.
+// its extents, opening a segment for reading when it gets to it: a data
+// object streamed from disk. The chunks must be packed (no raw runs).
 type chunkReader struct {
 	chunks []*tempFile
 	ext    int   // extent of chunks[0] being read
@@ -152,17 +195,17 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 			r.chunks, r.ext, r.off = r.chunks[1:], 0, 0
 			continue
 		}
-		if r.seg != t.seg {
+		e := t.ext[r.ext]
+		if r.seg != e.seg {
 			if err := r.Close(); err != nil {
 				return 0, err
 			}
-			f, err := os.Open(t.seg.path)
+			f, err := os.Open(e.seg.path)
 			if err != nil {
 				return 0, fmt.Errorf("open temp segment: %w", err)
 			}
-			r.seg, r.f = t.seg, f
+			r.seg, r.f = e.seg, f
 		}
-		e := t.ext[r.ext]
 		n := int(min(int64(len(p)), e.len-r.off))
 		n, err := r.f.ReadAt(p[:n], e.off+r.off)
 		r.off += int64(n)
@@ -170,7 +213,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 			r.ext, r.off = r.ext+1, 0
 			err = nil
 		} else if errors.Is(err, io.EOF) {
-			err = fmt.Errorf("temp segment %s ends before %d: %w", t.seg.path, e.off+e.len, io.ErrUnexpectedEOF)
+			err = fmt.Errorf("temp segment %s ends before %d: %w", e.seg.path, e.off+e.len, io.ErrUnexpectedEOF)
 		}
 		return n, err
 	}

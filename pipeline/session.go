@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -36,6 +37,7 @@ type session struct {
 	adm    *kadm.Client
 	fl     *flusher
 	router *Router
+	sizer  *fetchSizer        // the client's fetch size hook
 	dec    *batchDecompressor // the client's, bounded (decompress.go)
 
 	mu      sync.Mutex
@@ -51,6 +53,9 @@ type session struct {
 	clReady  chan struct{} // closed once cl and adm are set
 	flows    flowView      // the consume loop's
 	covDirty bool          // pending coverage entries may await reports
+	// covFlows are the flows of pending coverage entries, as
+	// collectCoverage last saw them (a dropped one by its last definition).
+	covFlows map[meta.FlowID]*meta.Flow
 
 	batch  event.Batch
 	parsed []parsedEvent
@@ -71,7 +76,8 @@ type parsedEvent struct {
 	beginTS uint64
 	table   int64
 	isMeta  bool
-	flows   []*meta.Flow
+	flows   []*meta.Flow  // layout v1
+	set     *meta.FlowSet // layout v2
 	skip    string
 }
 
@@ -241,11 +247,10 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	}
 	switch {
 	case req != nil:
-		cyc := s.freeze(triggerRequest)
-		go func() { req <- s.fl.wait(cyc) }()
+		s.freeze(triggerRequest, req)
 	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
-	case time.Since(s.last) >= c.cfg.cycleInterval():
+	case time.Since(s.last) >= c.cfg.cycleInterval() && !s.fl.full():
 		s.freeze(triggerInterval)
 	}
 	s.backpressure()
@@ -253,16 +258,18 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 }
 
 // backpressure pauses fetching while temp files (current and in flight)
-// exceed --max-temp-bytes or twice --max-cycle-files (overBudget) or a flow
-// is fatal, and resumes it after.
+// exceed --max-temp-bytes or twice --max-cycle-files (overBudget), a flow
+// is fatal or maxInflightCycles cycles wait, and resumes it after.
 func (s *session) backpressure() {
 	over, tooMany := s.overBudget()
-	stop := over || tooMany || s.fl.anyFatal()
+	fatal, queued := s.c.fatal.any(), s.fl.full()
+	stop := over || tooMany || fatal || queued
 	switch {
 	case stop && !s.paused:
 		s.paused = true
 		s.cl.PauseFetchTopics(s.c.d.ApplyTopic)
-		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "temp_files_over_limit", tooMany, "fatal_flow", s.fl.anyFatal())
+		s.c.log.Warn("fetching paused", "temp_bytes_over_limit", over, "temp_files_over_limit", tooMany, "fatal_flow", fatal,
+			"cycles_waiting_over_limit", queued)
 	case !stop && s.paused:
 		s.paused = false
 		s.cl.ResumeFetchTopics(s.c.d.ApplyTopic)
@@ -321,7 +328,11 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			}
 		}
 		recMaxTS = max(recMaxTS, ts)
-		p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
+		if c.cfg.v2() {
+			p.set, p.table, p.isMeta, p.skip = s.router.RouteSet(enc)
+		} else {
+			p.flows, p.table, p.isMeta, p.skip = s.router.Route(enc)
+		}
 		if p.skip == reasonBadKey {
 			return s.toDLQ(ctx, r, len(s.batch.Events), reasonBadKey, fmt.Errorf("event %d: table key too short for a table id", i))
 		}
@@ -357,18 +368,18 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			noTable++
 			continue
 		}
+		key := fileKey{partition: ps.partition, set: p.set, table: p.table, region: s.batch.RegionID,
+			cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
+		if p.set != nil {
+			if err := s.appendTo(key, nil, p); err != nil {
+				return err
+			}
+		}
 		for _, f := range p.flows {
-			key := fileKey{partition: ps.partition, flow: f.ID, table: p.table, region: s.batch.RegionID,
-				cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
-			tf, err := s.gen.file(key, f)
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrTempWrite, err)
+			key.flow = f.ID
+			if err := s.appendTo(key, f, p); err != nil {
+				return err
 			}
-			before := tf.size
-			if err := tf.append(p.ev.Key, p.ev.Value, p.ts, p.beginTS); err != nil {
-				return fmt.Errorf("%w: %w", ErrTempWrite, err)
-			}
-			s.gen.bytes += tf.size - before
 		}
 		written++
 	}
@@ -384,6 +395,21 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	if len(s.parsed) > 0 || lock > 0 {
 		c.m.appendSeconds.Observe(time.Since(appendStart).Seconds())
 	}
+	return nil
+}
+
+// appendTo appends p's entry to the temp file of key (of flow f in layout
+// v1, nil in layout v2).
+func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
+	tf, err := s.gen.file(key, f)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTempWrite, err)
+	}
+	before := tf.size
+	if err := tf.append(p.ev.Key, p.ev.Value, p.ts, p.beginTS); err != nil {
+		return fmt.Errorf("%w: %w", ErrTempWrite, err)
+	}
+	s.gen.bytes += tf.size - before
 	return nil
 }
 
@@ -462,8 +488,9 @@ func (s *session) toDLQ(ctx context.Context, r *kgo.Record, events int, reason s
 }
 
 // freeze ends the current generation and hands it, with the offsets and
-// resolved ts it covers, to the flusher as one cycle. Must hold s.mu.
-func (s *session) freeze(trigger string) *cycle {
+// resolved ts it covers, to the flusher as one cycle; waiters are told its
+// outcome. Must hold s.mu.
+func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	c := s.c
 	now := time.Now()
 	gen := s.gen
@@ -477,9 +504,11 @@ func (s *session) freeze(trigger string) *cycle {
 		files:   files,
 		bytes:   gen.bytes,
 		mem:     mem,
+		raw:     gen.raw,
 		done:    make(chan struct{}),
+		waiters: waiters,
 	}
-	cyc.id = fmt.Sprintf("%d-%s-%d", now.UnixMilli(), c.cfg.StoreID, cyc.seq)
+	cyc.id = newCycleID(now, cyc.seq)
 	for _, f := range cyc.files {
 		if ps := s.parts[f.key.partition]; ps != nil {
 			if rs := ps.regions[f.key.region]; rs != nil {
@@ -517,6 +546,16 @@ func (s *session) freeze(trigger string) *cycle {
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
 	s.fl.enqueue(cyc)
 	return cyc
+}
+
+// newCycleID is a cycle's id, <unix ms>-<seq>-<16 hex digits>: the digits
+// are 64 random bits, so that no one can place an object at a name the
+// consumer will write before it does (a taken name costs a rename, never a
+// wedge: uploadRenaming).
+func newCycleID(now time.Time, seq uint64) string {
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
+	return fmt.Sprintf("%d-%d-%016x", now.UnixMilli(), seq, b)
 }
 
 // onAssigned is registered so that assignment is serialized with polls.
@@ -708,7 +747,7 @@ func (s *session) updateGauges(ctx context.Context) {
 	}
 	per := map[string]float64{}
 	for _, f := range s.gen.files {
-		per[flowLabel(f.flow.Info.CatalogName, f.flow.Info.FlowName)] += float64(f.size)
+		f.eachFlow(func(fl *meta.Flow) { per[flowLabel(fl.Info.CatalogName, fl.Info.FlowName)] += float64(f.size) })
 	}
 	for _, ps := range s.parts {
 		if ps.next >= 0 && ps.hwm > 0 {

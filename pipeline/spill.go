@@ -53,7 +53,7 @@ func (t *tempFile) queueBuf() error {
 		g.pending = append(g.pending, t)
 	}
 	t.pending = append(t.pending, t.buf)
-	t.buf = getBuf()
+	t.buf = getBuf(t.bufSize)
 	g.npending++
 	if g.npending >= pendingMax {
 		return g.drain()

@@ -108,11 +108,8 @@ func (c *Consumer) Status() Status {
 	s := c.cur
 	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
 		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
-	fatal := make(map[uint32]bool, len(c.fatal))
-	for id := range c.fatal {
-		fatal[id] = true
-	}
 	c.mu.Unlock()
+	fatal := c.fatal.ids()
 	flows := c.d.Registry.Flows()
 	sums, asOf, serr := c.status.read(c, flows, statusRedisWait)
 	st.FlowsAsOf = asOf
@@ -274,12 +271,21 @@ func (sc *statusCache) stale(started time.Time) (map[meta.FlowID]meta.FlowSummar
 	return sc.sums, sc.at, nil
 }
 
-// Stalled returns an error when the consume loop has handled no record for
-// --stall-timeout although records wait (a DLQ that refuses, a fatal flow, a
-// flush that never ends), and nil otherwise.
+// Stalled returns an error when a flush cycle keeps failing (flusher.stuck),
+// or when the consume loop has handled no record for --stall-timeout
+// although records wait (a DLQ that refuses, a fatal flow, a flush that
+// never ends), and nil otherwise.
 func (c *Consumer) Stalled() error {
 	if p := c.tempFault.Load(); p != nil {
 		return fmt.Errorf("temp files cannot be written (nothing committed since): %w", *p)
+	}
+	c.mu.Lock()
+	s := c.cur
+	c.mu.Unlock()
+	if s != nil {
+		if err := s.fl.stuck(); err != nil {
+			return err
+		}
 	}
 	if c.cfg.StallTimeout <= 0 {
 		return nil

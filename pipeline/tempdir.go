@@ -31,8 +31,9 @@ const tempMarkerText = "This directory is flowlog's --temp-dir: its temp files a
 // and directly under <temp-dir>:
 //
 //	g<gen>.seg   a generation's segment: its temp files' bytes (segment.go)
+//	g<gen>.pack  the frames its cycle packed from their raw runs (pack.go)
 var (
-	segFileRE  = regexp.MustCompile(`^g[0-9]+\.seg$`)
+	segFileRE  = regexp.MustCompile(`^g[0-9]+\.(?:seg|pack)$`)
 	tempFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?g[0-9]+-p[0-9]+-t[0-9]+-r[0-9]+-(?:` +
 		sink.CFDefault + `|` + sink.CFWrite + `)-(?:` + sink.OpPut + `|` + sink.OpDelete + `)(?:-meta)?\.tmp$`)
 	spoolFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?[0-9]+-[A-Za-z0-9_-]{1,128}-[0-9]+\.spool$`)

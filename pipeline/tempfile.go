@@ -20,6 +20,14 @@ import (
 // open-file cap, not by the number of files of a generation.
 const tempBufSize = 32 << 10
 
+// minBufSize is the buffer a file takes first. It doubles up to tempBufSize
+// as the file fills it, and a file that filled one takes the larger size the
+// next time it opens: with thousands of regions most files hold a few KiB
+// between the times the cap takes their buffer, and full-size buffers for
+// them would hold --max-open-files x 32 KiB for little (and keep the
+// garbage collector busy near the memory limit).
+const minBufSize = 4 << 10
+
 // fileOverhead is the estimated memory of one temp file besides its buffer
 // and its key copies: the struct, the sha256 state, the path, the map entry
 // and the metadata the flusher needs. It is counted with the file's bytes in
@@ -27,25 +35,47 @@ const tempBufSize = 32 << 10
 // backpressure like few large ones.
 const fileOverhead = 1 << 10
 
-// bufPool holds the write buffers of closed temp files for the next file
-// that opens.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, tempBufSize); return &b }}
+// bufPools hold the write buffers of closed temp files for the next file
+// that opens, one pool per size: minBufSize, doubled up to tempBufSize.
+var bufPools = [4]sync.Pool{
+	{New: func() any { b := make([]byte, 0, minBufSize); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<1); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<2); return &b }},
+	{New: func() any { b := make([]byte, 0, minBufSize<<3); return &b }}, // tempBufSize
+}
 
-func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+// bufClass is the pool of buffers of size, -1 for another size.
+func bufClass(size int) int {
+	for i := range bufPools {
+		if size == minBufSize<<i {
+			return i
+		}
+	}
+	return -1
+}
+
+// getBuf returns an empty buffer of size (minBufSize << k, at most
+// tempBufSize).
+func getBuf(size int) []byte { return (*bufPools[bufClass(size)].Get().(*[]byte))[:0] }
 
 func putBuf(b []byte) {
-	if cap(b) == tempBufSize {
+	if i := bufClass(cap(b)); i >= 0 {
 		b = b[:0]
-		bufPool.Put(&b)
+		bufPools[i].Put(&b)
 	}
 }
 
-// fileKey identifies one temp file of a generation, the chunk of one
-// (kafka partition, flow, table, region, cf, op, is_meta) in the flow's
-// data object (docs/FORMAT.md, "Data objects and chunks").
+// fileKey identifies one temp file of a generation, the chunk of one key
+// in a data object (docs/FORMAT.md, "Data objects and chunks"): (kafka
+// partition, flow, table, region, cf, op, is_meta) in layout v1, where each
+// flow of an event gets its own copy; in layout v2 the flow is the set of
+// flows that routed the event (set; flow is 0), so that an event is written
+// once however many flows cover its table. A set changes when a DDL changes
+// the flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
+	set       *meta.FlowSet
 	table     int64
 	region    uint64
 	cf        event.CF
@@ -75,9 +105,10 @@ type fileKey struct {
 // generation is current, the flusher once frozen.
 type tempFile struct {
 	key  fileKey
-	flow *meta.Flow
+	flow *meta.Flow // layout v1: the flow; nil in layout v2 (key.set)
 	seg  *segment
-	ext  []extent // where its stored bytes are in seg, in order
+	pack *segment // the cycle's pack segment once its raw runs are packed
+	ext  []extent // where its stored bytes are, in order: in seg, or pack
 
 	g          *generation // the current generation holding it; nil once sealed
 	prev, next *tempFile   // links in g's list of open files, most recent first
@@ -85,12 +116,14 @@ type tempFile struct {
 	active  bool   // holds a write buffer (counted in g.open)
 	removed bool   // remove has released its segment
 	buf     []byte // nil while not active
+	bufSize int    // the buffer size it takes on open (minBufSize .. tempBufSize)
 	hash    hash.Hash
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
 
-	stored int64  // bytes on disk: the chunk's stored length
-	crc    uint32 // CRC32C of the bytes on disk
+	stored int64  // bytes on disk that are the chunk's, raw runs not yet packed included
+	crc    uint32 // CRC32C of the chunk's stored bytes, set by pack
+	raw    int64  // bytes of its raw runs not yet packed (pack.go)
 
 	pending [][]byte // full buffers queued for the generation's next drain (spill.go)
 	queued  bool     // in the generation's list of files with queued buffers
@@ -107,7 +140,7 @@ type tempFile struct {
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
 	seg.acquire()
 	return &tempFile{
-		key: key, flow: flow, seg: seg, zstd: compression == sink.CompressionZstd,
+		key: key, flow: flow, seg: seg, zstd: compression == sink.CompressionZstd, bufSize: minBufSize,
 		hash:       sha256.New(),
 		minTS:      math.MaxUint64,
 		minBeginTS: math.MaxUint64,
@@ -129,17 +162,35 @@ func (t *tempFile) name() string {
 	if t.key.isMeta {
 		meta = "-meta"
 	}
-	return fmt.Sprintf("f%d-p%d-t%d-r%d-%s-%s%s", t.key.flow, t.key.partition, t.key.table, t.key.region,
+	flow := fmt.Sprintf("f%d", t.key.flow)
+	if s := t.key.set; s != nil {
+		flow = fmt.Sprintf("s%d+%d", s.IDs[0], len(s.IDs)-1)
+	}
+	return fmt.Sprintf("%s-p%d-t%d-r%d-%s-%s%s", flow, t.key.partition, t.key.table, t.key.region,
 		sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
+}
+
+// eachFlow calls fn with every flow of the file: its flow in layout v1,
+// the flows of its set in layout v2.
+func (t *tempFile) eachFlow(fn func(*meta.Flow)) {
+	if t.flow != nil {
+		fn(t.flow)
+		return
+	}
+	for _, f := range t.key.set.Flows {
+		fn(f)
+	}
 }
 
 // open takes a write buffer.
 func (t *tempFile) open() {
-	t.active, t.buf = true, getBuf()
+	t.active, t.buf = true, getBuf(t.bufSize)
 }
 
 // shut writes what is buffered and gives the buffer back; the hash and
-// stats stay. A failed write is also kept in t.err: the file has lost bytes
+// stats stay. A compressed file writes its partial buffer as a raw run, for
+// the flusher to pack with the file's other raw runs into few large frames
+// (pack.go). A failed write is also kept in t.err: the file has lost bytes
 // and its cycle must not commit.
 func (t *tempFile) shut() error {
 	if !t.active {
@@ -171,6 +222,9 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	}
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
+	if len(t.buf)+n > cap(t.buf) && cap(t.buf) < tempBufSize && n <= tempBufSize {
+		t.grow(len(t.buf) + n)
+	}
 	if len(t.buf)+n > cap(t.buf) {
 		if err := t.queueBuf(); err != nil {
 			return err
@@ -207,14 +261,34 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	return nil
 }
 
+// grow moves the buffer to one of at least need bytes (up to tempBufSize),
+// which the file also takes on its next opens.
+func (t *tempFile) grow(need int) {
+	size := cap(t.buf)
+	for size < need && size < tempBufSize {
+		size *= 2
+	}
+	nb := append(getBuf(size), t.buf...)
+	putBuf(t.buf)
+	t.buf, t.bufSize = nb, size
+}
+
 // errSealed is an append to a file of a frozen generation: a bug.
 var errSealed = errors.New("temp file is sealed")
 
+// spill writes the partial buffer: as a raw run when the file is
+// compressed (pack.go), as its stored bytes otherwise.
 func (t *tempFile) spill() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
-	if err := t.write(t.buf); err != nil {
+	var err error
+	if t.zstd {
+		err = t.writeRaw(t.buf)
+	} else {
+		err = t.write(t.buf)
+	}
+	if err != nil {
 		return err
 	}
 	t.buf = t.buf[:0]
@@ -247,25 +321,45 @@ func (t *tempFile) write(raw []byte) error {
 }
 
 // writeOut hashes the framed bytes raw and writes out, what is stored for
-// them (raw itself, or its zstd frame), to the segment, keeping its extent,
-// the stored length and CRC32C.
+// them (raw itself, or its zstd frame), to the segment, keeping its extent
+// and the stored length.
 func (t *tempFile) writeOut(raw, out []byte) error {
 	t.hash.Write(raw)
-	if len(out) == 0 {
+	return t.store(t.seg, out, false)
+}
+
+// writeRaw hashes the framed bytes raw and writes them to the segment as a
+// raw run of a compressed file: pack turns its raw runs into frames.
+func (t *tempFile) writeRaw(raw []byte) error {
+	t.hash.Write(raw)
+	if err := t.store(t.seg, raw, true); err != nil {
+		return err
+	}
+	t.raw += int64(len(raw))
+	if t.g != nil {
+		t.g.raw += int64(len(raw))
+	}
+	return nil
+}
+
+// store writes p to seg and adds its extent, merged with the last one when
+// they are adjacent and of one kind.
+func (t *tempFile) store(seg *segment, p []byte, raw bool) error {
+	if len(p) == 0 {
 		return nil
 	}
-	off, err := t.seg.write(out)
+	off, err := seg.write(p)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", t.name(), err)
 	}
-	n := int64(len(out))
-	if k := len(t.ext) - 1; k >= 0 && t.ext[k].off+t.ext[k].len == off {
+	n := int64(len(p))
+	if k := len(t.ext) - 1; k >= 0 && t.ext[k].seg == seg && t.ext[k].raw == raw && t.ext[k].off+t.ext[k].len == off {
+		t.ext[k].crc = sink.UpdateCRC32C(t.ext[k].crc, p)
 		t.ext[k].len += n
 	} else {
-		t.ext = append(t.ext, extent{off, n})
+		t.ext = append(t.ext, extent{seg: seg, off: off, len: n, crc: sink.CRC32C(p), raw: raw})
 	}
 	t.stored += n
-	t.crc = sink.UpdateCRC32C(t.crc, out)
 	return nil
 }
 
@@ -276,7 +370,7 @@ func (t *tempFile) seal() error {
 		return t.err
 	}
 	err := t.shut()
-	if err == nil && t.zstd && t.stored == 0 {
+	if err == nil && t.zstd && t.stored == 0 && t.raw == 0 {
 		// An empty compressed chunk is still one (empty) frame: a zstd
 		// reader expects at least one.
 		if err = t.write(nil); err != nil && t.err == nil {
@@ -290,7 +384,8 @@ func (t *tempFile) seal() error {
 
 // close seals the file (if its generation has not) and reports a write that
 // failed while it was closed or sealed, once: a retried cycle then finds the
-// short file when it builds the chunk (the size does not match).
+// short file when it builds the chunk (the size does not match). Its raw
+// runs are packed afterwards (flusher.pack).
 func (t *tempFile) close() error {
 	err := t.seal()
 	t.err = nil
@@ -311,6 +406,9 @@ func (t *tempFile) remove() {
 	if !t.removed {
 		t.removed = true
 		t.seg.release()
+		if t.pack != nil {
+			t.pack.release()
+		}
 	}
 }
 

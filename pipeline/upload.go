@@ -2,167 +2,173 @@ package pipeline
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
 
-// flowUpload is one flow's share of a cycle: its files become one data
-// object and one meta object. The data object is the flow's temp files back
-// to back, each already its chunk (stored or zstd frames, see tempFile):
-// they are sealed and never change, so every retry uploads the same bytes.
-type flowUpload struct {
-	flow  *meta.Flow
+// upload is one data object and its meta: a flow's share of a cycle in
+// layout v1, the whole cycle in layout v2. The data object is its temp
+// files back to back, each already its chunk (stored or zstd frames, see
+// tempFile): they are sealed and never change, so every retry uploads the
+// same bytes.
+//
+// Its names carry the cycle id, with "-r<renames>" once renamed
+// (retryName): an upload takes new names when another object already sits
+// under one of them (an attacker's, or anyone's: names are never shared),
+// and when its objects have waited too long for their commit
+// (commitage.go).
+type upload struct {
+	flow  *meta.Flow // layout v1: the flow; nil in layout v2
 	files []*tempFile
 
-	built       bool // meta, size and CRC32C known
-	size        int64
-	crc         uint32
-	meta        sink.Meta
-	dataPath    string
-	metaPath    string
-	minResolved uint64
-	dataDone    bool
-	metaDone    bool
+	renames            int
+	built              bool // meta, size and CRC32C known
+	size               int64
+	crc                uint32
+	meta               sink.Meta
+	dataPath, metaPath string
+	dataDone, metaDone bool
 }
 
-func groupByFlow(files []*tempFile) []*flowUpload {
-	by := map[meta.FlowID]*flowUpload{}
-	var out []*flowUpload
-	for _, tf := range files {
-		fu := by[tf.key.flow]
-		if fu == nil {
-			fu = &flowUpload{flow: tf.flow}
-			by[tf.key.flow] = fu
-			out = append(out, fu)
-		}
-		fu.files = append(fu.files, tf)
+// retryName is the cycle id of a cycle's objects after n renames: the id
+// itself, then <id>-r<n>.
+func retryName(id string, n int) string {
+	if n == 0 {
+		return id
 	}
-	slices.SortFunc(out, func(a, b *flowUpload) int { return cmp.Compare(a.flow.ID, b.flow.ID) })
-	for _, fu := range out {
-		slices.SortFunc(fu.files, func(a, b *tempFile) int {
-			ka, kb := a.key, b.key
-			return cmp.Or(
-				cmp.Compare(ka.partition, kb.partition), cmp.Compare(ka.table, kb.table),
-				cmp.Compare(ka.region, kb.region), cmp.Compare(ka.cf, kb.cf), cmp.Compare(ka.op, kb.op),
-				boolCmp(ka.isMeta, kb.isMeta))
-		})
+	return fmt.Sprintf("%s-r%d", id, n)
+}
+
+// maxRenames bounds the renames of one attempt when every new name is
+// taken too; the next attempt (after the retry backoff) renames again.
+const maxRenames = 4
+
+// refs are the metas:<flow_id> entries the commit lists for u: its meta,
+// under its flow (layout v1) or under every flow it holds a chunk of (the
+// cycle's flows, layout v2).
+func (u *upload) refs(cyc *cycle) []meta.MetaRef {
+	if u.flow != nil {
+		return []meta.MetaRef{{FlowID: u.flow.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}}
+	}
+	if len(u.files) == 0 {
+		return nil // coverage reports only: listed nowhere
+	}
+	out := make([]meta.MetaRef, len(cyc.flows))
+	for i, fl := range cyc.flows {
+		out[i] = meta.MetaRef{FlowID: fl.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}
 	}
 	return out
 }
 
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case !a:
-		return -1
+// failedFlows are the flows a failed upload of u counts against.
+func (u *upload) failedFlows(cyc *cycle) []*meta.Flow {
+	if u.flow != nil {
+		return []*meta.Flow{u.flow}
 	}
-	return 1
+	return cyc.flows
 }
 
-// uploadAll uploads the objects of every flow of the cycle not uploaded yet,
-// --upload-parallelism flows at a time. A flow whose upload fails counts a
-// failed cycle; --fatal-after of them in a row make it fatal.
+// uploadAll uploads what is not uploaded yet of the cycle's uploads,
+// --upload-parallelism at a time. A failed upload counts a failed cycle for
+// its flows (fatal.failed).
 func (f *flusher) uploadAll(ctx context.Context, cyc *cycle) error {
 	c := f.c
 	sem := make(chan struct{}, c.cfg.UploadParallel)
 	var wg sync.WaitGroup
-	errs := make([]error, len(cyc.flows))
-	for i, fu := range cyc.flows {
-		if fu.dataDone && fu.metaDone {
+	errs := make([]error, len(cyc.uploads))
+	for i, u := range cyc.uploads {
+		if u.dataDone && u.metaDone {
 			continue
 		}
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-sem }()
-			errs[i] = f.uploadFlow(ctx, cyc, fu)
-		}()
+			errs[i] = f.uploadRenaming(ctx, cyc, u)
+		})
 	}
 	wg.Wait()
 	var failed []error
 	for i, err := range errs {
-		fu := cyc.flows[i]
 		if err == nil {
 			continue
 		}
 		failed = append(failed, err)
-		f.flowFailed(ctx, fu.flow, err)
+		c.fatal.failed(ctx, cyc.uploads[i].failedFlows(cyc), err)
 	}
 	return errors.Join(failed...)
 }
 
-func (f *flusher) uploadFlow(ctx context.Context, cyc *cycle, fu *flowUpload) error {
+// uploadRenaming uploads u, taking new names at once when one of them holds
+// another object (the earlier upload of the names, if any, stays garbage for
+// gc): waiting would never free the name.
+func (f *flusher) uploadRenaming(ctx context.Context, cyc *cycle, u *upload) error {
+	for n := 0; ; n++ {
+		err := f.uploadOne(ctx, cyc, u)
+		if err == nil || !errors.Is(err, errForeignObject) || n == maxRenames {
+			return err
+		}
+		old := u.metaPath
+		f.rename(cyc, u)
+		f.c.log.Warn("an object of the flush cycle's names holds other content; uploading under new names", "cycle", cyc.id,
+			"new_id", retryName(cyc.id, u.renames), "meta", old, "err", err)
+	}
+}
+
+// rename gives u the next retry names; everything is uploaded again.
+func (f *flusher) rename(cyc *cycle, u *upload) {
+	u.renames++
+	if u.built {
+		f.name(cyc, u)
+	}
+	u.dataDone, u.metaDone = len(u.files) == 0, false // a meta of reports only has no data object
+}
+
+func (f *flusher) uploadOne(ctx context.Context, cyc *cycle, u *upload) error {
 	c := f.c
-	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-	if !fu.built {
-		if err := f.buildFlow(cyc, fu); err != nil {
+	if !u.built {
+		if err := f.build(cyc, u); err != nil {
 			return err
 		}
 	}
-	if !fu.dataDone {
-		body := newChunkReader(fu.files)
-		err := c.d.Bucket.Upload(ctx, sink.Object{Name: fu.dataPath, Body: body, Size: fu.size, CRC32C: fu.crc})
+	if !u.dataDone {
+		body := newChunkReader(u.files)
+		err := c.d.Bucket.Upload(ctx, sink.Object{Name: u.dataPath, Body: body, Size: u.size, CRC32C: u.crc})
 		body.Close()
-		if err := uploaded(ctx, c.d.Bucket, fu.dataPath, fu.size, fu.crc, err); err != nil {
-			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
+		if err := uploaded(ctx, c.d.Bucket, u.dataPath, u.size, u.crc, err); err != nil {
+			return fmt.Errorf("%s: %w", u.what(), err)
 		}
-		fu.dataDone = true
+		u.dataDone = true
 		cyc.uploaded()
-		c.m.objectBytes.Observe(float64(fu.size))
+		c.m.objectBytes.Observe(float64(u.size))
 	}
-	if !fu.metaDone {
-		b, err := sink.EncodeMeta(fu.meta)
+	if !u.metaDone {
+		b, err := sink.EncodeMeta(u.meta)
 		if err != nil {
-			return fmt.Errorf("flow %s/%s: encode meta: %w", cat, name, err)
+			return fmt.Errorf("%s: encode meta: %w", u.what(), err)
 		}
-		err = c.d.Bucket.Upload(ctx, sink.Object{Name: fu.metaPath, Body: bytes.NewReader(b), Size: int64(len(b)), CRC32C: sink.CRC32C(b)})
-		if err := uploaded(ctx, c.d.Bucket, fu.metaPath, int64(len(b)), sink.CRC32C(b), err); err != nil {
-			return fmt.Errorf("flow %s/%s: %w", cat, name, err)
+		err = c.d.Bucket.Upload(ctx, sink.Object{Name: u.metaPath, Body: bytes.NewReader(b), Size: int64(len(b)), CRC32C: sink.CRC32C(b)})
+		if err := uploaded(ctx, c.d.Bucket, u.metaPath, int64(len(b)), sink.CRC32C(b), err); err != nil {
+			return fmt.Errorf("%s: %w", u.what(), err)
 		}
-		fu.metaDone = true
+		u.metaDone = true
 		cyc.uploaded()
 	}
 	return nil
 }
 
-// seal closes the cycle's temp files once and groups them by flow.
-func (f *flusher) seal(cyc *cycle) error {
-	if cyc.closed {
-		return nil
+// what names u in errors: its flow, or the cycle.
+func (u *upload) what() string {
+	if u.flow != nil {
+		return "flow " + flowLabel(u.flow.Info.CatalogName, u.flow.Info.FlowName)
 	}
-	start := time.Now()
-	for _, tf := range cyc.files {
-		if err := tf.close(); err != nil {
-			return fmt.Errorf("%w: %w", ErrTempWrite, err)
-		}
-	}
-	cyc.flows = groupByFlow(cyc.files)
-	cyc.closed = true
-	f.c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
-	return nil
-}
-
-// buildFlow builds fu's meta and records the build's duration.
-func (f *flusher) buildFlow(cyc *cycle, fu *flowUpload) error {
-	start := time.Now()
-	if err := f.build(cyc, fu); err != nil {
-		return fmt.Errorf("flow %s/%s: build data object: %w", fu.flow.Info.CatalogName, fu.flow.Info.FlowName, err)
-	}
-	f.c.m.flushDuration.WithLabelValues("build").Observe(time.Since(start).Seconds())
-	return nil
+	return "cycle " + u.meta.CycleID
 }
 
 // errForeignObject is an upload's ErrExists for an object that is not the
@@ -172,8 +178,8 @@ var errForeignObject = errors.New("object exists with other content")
 // uploaded interprets the result err of uploading name (size bytes, CRC32C
 // crc). ErrExists counts as success only when the stored object is this
 // one: an earlier attempt of the cycle wrote it and only its answer was
-// lost. Anything else stored under the name is an error, never taken as
-// ours.
+// lost. Anything else stored under the name is errForeignObject, never
+// taken as ours.
 func uploaded(ctx context.Context, b sink.Bucket, name string, size int64, crc uint32, err error) error {
 	if err == nil {
 		return nil
@@ -201,135 +207,4 @@ func uploaded(ctx context.Context, b sink.Bucket, name string, size int64, crc u
 		return fmt.Errorf("upload %s: %w (CRC32C %08x stored, %08x ours)", name, errForeignObject, h.Sum32(), crc)
 	}
 	return nil
-}
-
-// build lays the flow's sealed temp files out as the chunks of its data
-// object and fills in the meta object, the object's size and its CRC32C
-// (combined from the files' own). A segment whose size on disk is not what
-// was written to it lost bytes: ErrTempWrite.
-func (f *flusher) build(cyc *cycle, fu *flowUpload) error {
-	c := f.c
-	cat, name := fu.flow.Info.CatalogName, fu.flow.Info.FlowName
-	var off int64
-	var crc uint32
-	m := sink.Meta{Version: 1, Flow: name, FlowID: fu.flow.ID, StoreID: c.cfg.StoreID, CycleID: cyc.id}
-	first := true
-	var checked *segment
-	for _, tf := range fu.files {
-		if tf.seg != checked {
-			if err := tf.seg.check(); err != nil {
-				return err
-			}
-			checked = tf.seg
-		}
-		compression := sink.CompressionNone
-		if tf.zstd {
-			compression = sink.CompressionZstd
-		}
-		m.Files = append(m.Files, sink.FileMeta{
-			Offset: off, Length: tf.stored, RawLength: tf.size, Compression: compression,
-			SHA256: tf.sum, NumberOfEntries: tf.entries, MinTS: tf.minTS, MaxTS: tf.maxTS,
-			ResolvedTS: tf.resolvedTS, MinBeginTSInDefaultCF: tf.beginTS(),
-			StartKey: hex.EncodeToString(tf.minKey), EndKey: hex.EncodeToString(tf.maxKey),
-			TableID: tf.key.table, RegionID: tf.key.region, CF: sink.CFName(tf.key.cf), Op: sink.OpName(tf.key.op),
-			IsMeta: tf.key.isMeta, Partition: tf.key.partition,
-		})
-		off += tf.stored
-		crc = sink.CombineCRC32C(crc, tf.crc, tf.stored)
-		if first || tf.minTS < m.MinTS {
-			m.MinTS = tf.minTS
-		}
-		if first || tf.maxTS > m.MaxTS {
-			m.MaxTS = tf.maxTS
-		}
-		if first || tf.resolvedTS < m.MinResolvedTS {
-			m.MinResolvedTS = tf.resolvedTS
-		}
-		first = false
-	}
-	for _, p := range cyc.parts {
-		if p.to > p.from && p.from >= 0 {
-			m.Offsets = append(m.Offsets, sink.OffsetRange{Topic: p.lease.Topic, Partition: p.lease.Partition, From: p.from, To: p.to})
-		}
-	}
-	id := cyc.id
-	if cyc.renames > 0 {
-		id = fmt.Sprintf("%s-r%d", cyc.id, cyc.renames)
-		m.CycleID = id
-	}
-	fu.dataPath = sink.DataPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinTS, id)
-	fu.metaPath = sink.MetaPath(c.d.GCSPrefix, cat, name, fu.flow.ID, m.MinResolvedTS, id)
-	m.DataPath = fu.dataPath
-	fu.meta, fu.minResolved = m, m.MinResolvedTS
-	fu.size, fu.crc, fu.built = off, crc, true
-	return nil
-}
-
-// flowFailed counts a failed cycle for a flow and makes it fatal at the
-// limit: state in Redis, the flow_fatal gauge, an error log; the consume
-// loop pauses fetching while any flow is fatal.
-func (f *flusher) flowFailed(ctx context.Context, fl *meta.Flow, err error) {
-	c := f.c
-	label := flowLabel(fl.Info.CatalogName, fl.Info.FlowName)
-	c.m.flushFailures.WithLabelValues(label).Inc()
-	f.mu.Lock()
-	f.failures[fl.ID]++
-	n := f.failures[fl.ID]
-	f.mu.Unlock()
-	c.mu.Lock()
-	already := c.fatal[fl.ID]
-	c.mu.Unlock()
-	if n < c.cfg.FatalAfter || already {
-		return
-	}
-	if _, ok := c.d.Registry.Flow(fl.ID); !ok {
-		// Dropped: the cycle still owes its objects (the data before the
-		// drop) and keeps retrying, but a flow that is gone cannot be
-		// resumed, so it never stops fetching.
-		c.log.Warn("flush of a dropped flow keeps failing; retrying", "flow", label, "flow_id", fl.ID, "failed_cycles", n, "err", err)
-		return
-	}
-	// Redis first: the fatal flag follows flow:state, which every replica
-	// sees and which a resume or a drop clears (session.observeFlows).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := c.d.Store.SetFlowFatal(sctx, fl.ID, err.Error()); err != nil {
-		c.log.Warn("recording the fatal state in Redis failed", "flow", label, "err", err)
-	}
-	c.mu.Lock()
-	c.fatal[fl.ID] = true
-	c.mu.Unlock()
-	c.m.flowFatal.WithLabelValues(label).Set(1)
-	c.log.Error("flow is fatal: fetching stopped until a retry succeeds or the flow is resumed",
-		"flow", label, "failed_cycles", n, "err", err)
-}
-
-// recovered clears failure counts and the fatal state of the cycle's flows
-// after it committed.
-func (f *flusher) recovered(cyc *cycle) {
-	c := f.c
-	for _, fu := range cyc.flows {
-		f.mu.Lock()
-		delete(f.failures, fu.flow.ID)
-		f.mu.Unlock()
-		c.mu.Lock()
-		wasFatal := c.fatal[fu.flow.ID]
-		delete(c.fatal, fu.flow.ID)
-		c.mu.Unlock()
-		// A flow another replica (or an earlier session) made fatal is
-		// active again once a cycle of it commits here.
-		if cur, ok := c.d.Registry.Flow(fu.flow.ID); ok && cur.Status == meta.StatusFatal {
-			wasFatal = true
-		}
-		if wasFatal {
-			label := flowLabel(fu.flow.Info.CatalogName, fu.flow.Info.FlowName)
-			c.m.flowFatal.WithLabelValues(label).Set(0)
-			c.log.Info("flow recovered: a flush cycle succeeded", "flow", label)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := c.d.Store.SetFlowActive(ctx, fu.flow.ID); err != nil {
-				c.log.Warn("recording the active state in Redis failed", "flow", label, "err", err)
-			}
-			cancel()
-		}
-	}
 }

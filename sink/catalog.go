@@ -39,9 +39,11 @@ type Catalog struct {
 	Info   json.RawMessage            `json:"info"`
 	Routes map[string]json.RawMessage `json:"routes,omitempty"`
 	// Windows are the tables' current coverage windows (coverage:<flow_id>)
-	// and History the earlier ones (coverage:<flow_id>:history), oldest
-	// first; Pending are the entries still being established
-	// (coverage:<flow_id>:pending) and CoverageSeq their counter.
+	// and History the earlier ones (coverage:<flow_id>:past and the
+	// :history list of earlier versions), oldest first within each table;
+	// Pending are the steps still being established
+	// (coverage:<flow_id>:pending, with the tables of their :step: keys)
+	// and CoverageSeq their counter.
 	Windows     []CatalogWindow  `json:"windows"`
 	History     []CatalogWindow  `json:"history,omitempty"`
 	Pending     []CatalogPending `json:"pending,omitempty"`
@@ -58,18 +60,20 @@ type Catalog struct {
 }
 
 // CatalogWindow is a table's coverage window: events with Since < ts <=
-// Until, Until nil while open.
+// Until, Until nil while open. A window with Until < Since holds no event
+// (a table removed before any partition had seen past its addition).
 type CatalogWindow struct {
 	TableID uint32  `json:"table_id"`
 	Since   uint64  `json:"since"`
 	Until   *uint64 `json:"until"`
 }
 
-// CatalogPending is a pending coverage entry: kind "since" or "until".
+// CatalogPending is a pending coverage step: the tables one DDL added and
+// removed, each sorted.
 type CatalogPending struct {
-	Seq   uint64 `json:"seq"`
-	Kind  string `json:"kind"`
-	Table uint32 `json:"table"`
+	Seq     uint64   `json:"seq"`
+	Added   []uint32 `json:"add,omitempty"`
+	Removed []uint32 `json:"del,omitempty"`
 }
 
 // CatalogSnapshot is a listed snapshot: its ts and snapshot.meta path.
@@ -116,9 +120,9 @@ func DecodeCatalog(b []byte) (Catalog, error) {
 }
 
 // Validate checks that c is a version 1 catalog whose fields are
-// consistent: valid names, a revision, windows that end after they start,
-// one current window per table, pending entries of a known kind in
-// ascending order, and snapshots in ts order.
+// consistent: valid names, a revision, one current window per table,
+// pending steps in ascending order, each with a table, and snapshots in ts
+// order.
 func (c *Catalog) Validate() error {
 	var errs []error
 	if c.Version != CatalogVersion {
@@ -136,18 +140,13 @@ func (c *Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("windows[%d]: table %d twice", i, w.TableID))
 		}
 		tables[w.TableID] = true
-		if w.Until != nil && *w.Until < w.Since {
-			errs = append(errs, fmt.Errorf("windows[%d]: until %d before since %d", i, *w.Until, w.Since))
-		}
-	}
-	for i, w := range c.History {
-		if w.Until != nil && *w.Until < w.Since {
-			errs = append(errs, fmt.Errorf("history[%d]: until %d before since %d", i, *w.Until, w.Since))
-		}
 	}
 	for i, p := range c.Pending {
-		if p.Kind != "since" && p.Kind != "until" {
-			errs = append(errs, fmt.Errorf("pending[%d]: kind %q", i, p.Kind))
+		if len(p.Added) == 0 && len(p.Removed) == 0 {
+			errs = append(errs, fmt.Errorf("pending[%d]: no table", i))
+		}
+		if !slices.IsSorted(p.Added) || !slices.IsSorted(p.Removed) {
+			errs = append(errs, fmt.Errorf("pending[%d]: tables not sorted", i))
 		}
 		if i > 0 && p.Seq <= c.Pending[i-1].Seq || p.Seq > c.CoverageSeq {
 			errs = append(errs, fmt.Errorf("pending[%d]: seq %d out of order or past coverage_seq %d", i, p.Seq, c.CoverageSeq))

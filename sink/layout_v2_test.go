@@ -63,7 +63,7 @@ func validV2Meta() Meta {
 	return Meta{Version: MetaVersion2, StoreID: "host-a", CycleID: "1-1-00", Group: "flowlog", DataPath: DataPathV2("", "host-a", 1, "1-1-00"),
 		MinTS: 1, MaxTS: 2, Flows: []MetaFlow{{3, "default", "a"}, {5, "default", "b"}},
 		Partitions: []PartitionState{{Topic: "t", Partition: 0, NextOffset: 10, Checkpoint: 5, HasCheckpoint: true, Regions: map[string]uint64{"1": 5}}},
-		Coverage:   []CoverageReport{{FlowID: 5, Seq: 1, Topic: "t", Partition: 0, TS: 4}},
+		Coverage:   []CoverageReport{{FlowID: 5, Seq: 1, Topic: "t", Partition: 0, Since: CoverageValue{TS: 4}, Until: CoverageValue{TS: 4}, Upto: 1}},
 		Files:      []FileMeta{f}}
 }
 
@@ -80,20 +80,21 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 	if !got.Holds(5, &got.Files[0]) || got.Holds(4, &got.Files[0]) || !got.Serves(3) || got.Serves(4) {
 		t.Errorf("Holds/Serves wrong for %+v", got.Files[0].FlowIDs)
 	}
-	if got.Partitions[0].Regions["1"] != 5 || got.Coverage[0].TS != 4 {
+	if got.Partitions[0].Regions["1"] != 5 || got.Coverage[0].Since.TS != 4 {
 		t.Errorf("round trip lost partition or coverage state: %+v", got)
 	}
 	for name, mutate := range map[string]func(*Meta){
-		"no flow ids":       func(m *Meta) { m.Files[0].FlowIDs = nil },
-		"unsorted flow ids": func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
-		"unknown flow id":   func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
-		"flow of its own":   func(m *Meta) { m.FlowID = 3 },
-		"flow twice":        func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
-		"bad flow name":     func(m *Meta) { m.Flows[0].Name = "a/b" },
-		"report of no flow": func(m *Meta) { m.Coverage[0].FlowID = 9 },
-		"idle and ckpt":     func(m *Meta) { m.Partitions[0].Idle = true },
-		"bad store id":      func(m *Meta) { m.StoreID = "" },
-		"version 3":         func(m *Meta) { m.Version = 3 },
+		"no flow ids":        func(m *Meta) { m.Files[0].FlowIDs = nil },
+		"unsorted flow ids":  func(m *Meta) { m.Files[0].FlowIDs = []uint32{5, 3} },
+		"unknown flow id":    func(m *Meta) { m.Files[0].FlowIDs = []uint32{3, 9} },
+		"flow of its own":    func(m *Meta) { m.FlowID = 3 },
+		"flow twice":         func(m *Meta) { m.Flows = append(m.Flows, MetaFlow{3, "default", "c"}) },
+		"bad flow name":      func(m *Meta) { m.Flows[0].Name = "a/b" },
+		"unnamed with chunk": func(m *Meta) { m.Flows[0].Catalog, m.Flows[0].Name = "", "" },
+		"report of no flow":  func(m *Meta) { m.Coverage[0].FlowID = 9 },
+		"idle and ckpt":      func(m *Meta) { m.Partitions[0].Idle = true },
+		"bad store id":       func(m *Meta) { m.StoreID = "" },
+		"version 3":          func(m *Meta) { m.Version = 3 },
 		"v1 with v2 flow id": func(m *Meta) {
 			m.Version, m.Flow, m.FlowID, m.Flows, m.Coverage, m.Partitions = MetaVersion, "a", 3, nil, nil, nil
 		},
@@ -107,12 +108,27 @@ func TestMetaV2RoundTripAndValidate(t *testing.T) {
 	}
 }
 
+// A flow with coverage reports and no chunk may go unnamed: one dropped
+// before the meta's writer knew it, whose drop recorded no definition.
+func TestMetaV2UnnamedReportOnlyFlow(t *testing.T) {
+	m := validV2Meta()
+	m.Flows = append(m.Flows, MetaFlow{FlowID: 7})
+	m.Coverage = append(m.Coverage, CoverageReport{FlowID: 7, Seq: 2, Topic: "t", Partition: 0, Since: CoverageValue{Idle: true}, Until: CoverageValue{Idle: true}, Upto: 2})
+	if _, err := EncodeMeta(m); err != nil {
+		t.Fatalf("a report-only flow without a name: %v", err)
+	}
+	m.Flows[2].Name = "x" // a name without a catalog is no name
+	if _, err := EncodeMeta(m); err == nil {
+		t.Fatal("a flow with a name and no catalog accepted")
+	}
+}
+
 func TestCatalogRoundTripAndValidate(t *testing.T) {
 	until := uint64(9)
 	c := Catalog{Version: CatalogVersion, Group: "g", FlowID: 3, Catalog: "default", Name: "demo", Rev: 4,
 		Info:    []byte(`{"flow_name":"demo"}`),
 		Windows: []CatalogWindow{{TableID: 1, Since: 5}, {TableID: 2, Since: 3, Until: &until}},
-		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Kind: "until", Table: 1}},
+		History: []CatalogWindow{{TableID: 1, Since: 1, Until: &until}}, Pending: []CatalogPending{{Seq: 7, Removed: []uint32{1}}},
 		CoverageSeq: 7, Snapshots: []CatalogSnapshot{{TS: 3, Path: "a"}, {TS: 8, Path: "b"}}, CheckpointTS: 10,
 		DDL: &CatalogDDL{Topic: "flowlog.ddl", Partition: 0, Next: 12}}
 	b, err := EncodeCatalog(c)
@@ -123,12 +139,19 @@ func TestCatalogRoundTripAndValidate(t *testing.T) {
 	if err != nil || got.Rev != 4 || len(got.Windows) != 2 || *got.Windows[1].Until != 9 || got.DDL.Next != 12 {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
-	early := uint64(1)
+	// A table removed before any partition saw past its addition has a
+	// window that holds nothing (until < since): a catalog holds it as is.
+	empty := c
+	early := uint64(2)
+	empty.Windows = []CatalogWindow{{TableID: 1, Since: 5, Until: &early}}
+	if _, err := EncodeCatalog(empty); err != nil {
+		t.Errorf("a catalog with an empty window: %v", err)
+	}
 	for name, mutate := range map[string]func(*Catalog){
 		"no rev":             func(c *Catalog) { c.Rev = 0 },
 		"table twice":        func(c *Catalog) { c.Windows = append(c.Windows, CatalogWindow{TableID: 1}) },
-		"until before since": func(c *Catalog) { c.Windows[0].Until = &early },
-		"bad kind":           func(c *Catalog) { c.Pending[0].Kind = "maybe" },
+		"step of no table":   func(c *Catalog) { c.Pending[0].Removed = nil },
+		"tables unsorted":    func(c *Catalog) { c.Pending[0].Added = []uint32{4, 3} },
 		"seq past counter":   func(c *Catalog) { c.Pending[0].Seq = 8 },
 		"snapshots unsorted": func(c *Catalog) { c.Snapshots[0].TS = 9 },
 		"bad name":           func(c *Catalog) { c.Name = "../x" },

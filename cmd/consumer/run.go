@@ -232,18 +232,18 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 			return bucket.Iter(ctx, strings.TrimPrefix(cfg.conn.GCS.Prefix+"/.readyz", "/"), func(string) error { return nil })
 		}},
 	}
-	var srv *http.Server
+	// The HTTP server is the run's too: its failure ends the run the way a
+	// signal does (the final cycle is flushed and committed) and is the
+	// run's error.
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	stopHTTP := func() {}
 	if cfg.conn.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.conn.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv = pipeline.NewHTTPServer(pipeline.Handler(cons, reg, probes...))
-		go func() {
-			if err := srv.Serve(pipeline.HTTPListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "err", err)
-			}
-		}()
+		stopHTTP = runHTTP(pipeline.HTTPListener(ln), pipeline.NewHTTPServer(pipeline.Handler(cons, reg, probes...)), log, fail)
 		log.Info("http listening", "addr", ln.Addr().String())
 		if onReady != nil {
 			onReady(ln.Addr().String())
@@ -254,17 +254,40 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 
 	log.Info("consumer starting", "group", cfg.conn.Group, "apply_topic", cfg.conn.Kafka.ApplyTopic,
 		"ddl_topic", cfg.conn.Kafka.DDLTopic, "bucket", cfg.conn.GCS.Bucket, "flows", len(registry.Flows()))
-	err = cons.Run(ctx)
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
+	err = cons.Run(runCtx)
+	stopHTTP()
+	if cause := context.Cause(runCtx); errors.Is(cause, errHTTPServer) {
+		err = errors.Join(cause, err)
 	}
 	if err != nil {
 		return err
 	}
 	log.Info("consumer stopped cleanly")
 	return nil
+}
+
+// errHTTPServer marks a run ended by its HTTP server's failure.
+var errHTTPServer = errors.New("http server")
+
+// runHTTP serves srv on ln on a goroutine it owns. If serving fails, it
+// hands the error to fail (the run's failure path: the run stops as on a
+// signal and returns it). stop shuts the server down, waiting up to 5s for
+// requests in flight, and returns once the goroutine has.
+func runHTTP(ln net.Listener, srv *http.Server, log *slog.Logger, fail context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server failed: stopping the consumer", "err", err)
+			fail(fmt.Errorf("%w: %w", errHTTPServer, err))
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
 }
 
 // claimPrefix records group as the owner of the Redis prefix, or refuses to
