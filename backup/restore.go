@@ -16,13 +16,14 @@ type RestoreRequest struct {
 	// cross-check, or a way around a damaged snapshot while the log is
 	// still whole).
 	LogOnly bool
-	// OutDir, Force, TempDir, MaxMemory and Parallel are as in
+	// OutDir, Force, TempDir, MaxMemory, Parallel and Progress are as in
 	// sink.RestoreOptions.
 	OutDir    string
 	Force     bool
 	TempDir   string
 	MaxMemory int64
 	Parallel  int
+	Progress  func(sink.RestoreProgress)
 }
 
 // RestoreResult is what a restore read and wrote.
@@ -67,7 +68,7 @@ func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult
 	res.Stats, err = sink.Restore(ctx, sink.RestoreOptions{
 		Bucket: src.Bucket, Flow: f.Sink(src.Prefix), MetaPaths: metas, TS: ts, Tables: req.Tables, Windows: windows,
 		OutDir: req.OutDir, Force: req.Force, TempDir: req.TempDir, MaxMemory: req.MaxMemory, Parallel: req.Parallel,
-		Snapshots: snaps, TruncatedBefore: truncated,
+		Progress: req.Progress, Snapshots: snaps, TruncatedBefore: truncated,
 	})
 	return res, readErr(err, f, ts, req.LogOnly)
 }

@@ -166,7 +166,12 @@ func (p *TruncatePlan) Objects(ctx context.Context) ([]sink.GCObject, []string) 
 			}
 			objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: t.DataPath, Size: n}, Flow: flow, Kind: sink.GCSnapshot})
 		}
-		objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: s.Path}, Flow: flow, Kind: sink.GCSnapshot})
+		// The snapshot.meta's own size, which no reference records.
+		size, err := p.src.Bucket.Size(ctx, s.Path)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("snapshot %s: size: %v", s.Path, err))
+		}
+		objs = append(objs, sink.GCObject{ObjectInfo: sink.ObjectInfo{Name: s.Path, Size: size}, Flow: flow, Kind: sink.GCSnapshot})
 	}
 	return objs, warnings
 }

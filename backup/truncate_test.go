@@ -69,8 +69,16 @@ func TestTruncate(t *testing.T) {
 		t.Fatalf("plan: snapshot %+v, older %+v, %d of %d metas removed, %d kept (%v); want some kept for prewritten values",
 			plan.Snapshot, plan.Snapshots, len(plan.Metas), plan.Listed, plan.Kept, plan.KeptOld)
 	}
-	if objs, warnings := plan.Objects(ctx); len(objs) == 0 || len(warnings) != 0 || h.StoredBytes(t) != before {
+	objs, warnings := plan.Objects(ctx)
+	if len(objs) == 0 || len(warnings) != 0 || h.StoredBytes(t) != before {
 		t.Fatalf("plan objects %d, warnings %v; stored %d -> %d bytes: planning must change nothing", len(objs), warnings, before, h.StoredBytes(t))
+	}
+	// The plan's sizes are the objects' (the snapshot.meta of the older
+	// snapshot included), so that the printed plan says what it frees.
+	for _, o := range objs {
+		if size, err := h.Bucket.Size(ctx, o.Name); err != nil || size != o.Size || size == 0 {
+			t.Errorf("plan lists %s (%s) at %d bytes; the bucket has %d (%v)", o.Name, o.Kind, o.Size, size, err)
+		}
 	}
 
 	done, err := plan.Commit(ctx, h.Store)

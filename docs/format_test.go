@@ -59,7 +59,8 @@ func shape(s string) string {
 // the AST scan finds without an entry here fails the test: add a sample
 // call, and document the object kind in FORMAT.md.
 var objectSamples = map[string]func() string{
-	"FlowDir": func() string { return sink.FlowDir(samplePrefix, sampleCatalog, sampleFlow) },
+	"FlowDir":   func() string { return sink.FlowDir(samplePrefix, sampleCatalog, sampleFlow) },
+	"ProbePath": func() string { return sink.ProbePath(samplePrefix, "<random>") },
 	"DataPath": func() string {
 		return sink.DataPath(samplePrefix, sampleCatalog, sampleFlow, sampleU32, sampleTS, "<cycle_id>")
 	},

@@ -20,6 +20,7 @@ const (
 	fault503   faultMode = iota // answer 503 Service Unavailable
 	faultReset                  // reset the TCP connection (RST) without an answer
 	faultMixed                  // either, half and half
+	fault403                    // answer 403 Forbidden, as GCS does without the permission
 	faultHang                   // read the request and never answer (until the client gives up)
 )
 
@@ -36,7 +37,7 @@ type faultProxy struct {
 	mode     atomic.Int32
 	latency  atomic.Int64 // time.Duration
 
-	requests, writes, failed503, resets, hangs atomic.Int64
+	requests, writes, failed503, resets, forbidden, hangs atomic.Int64
 }
 
 // startFaultProxy starts a proxy to target (host:port) on a free loopback
@@ -69,8 +70,10 @@ func (fp *faultProxy) setFaults(rate float64, mode faultMode) {
 // setLatency delays every request by d before it is forwarded.
 func (fp *faultProxy) setLatency(d time.Duration) { fp.latency.Store(int64(d)) }
 
-// injected is the number of requests failed so far (503s plus resets).
-func (fp *faultProxy) injected() int64 { return fp.failed503.Load() + fp.resets.Load() }
+// injected is the number of requests failed so far (503s, resets, 403s).
+func (fp *faultProxy) injected() int64 {
+	return fp.failed503.Load() + fp.resets.Load() + fp.forbidden.Load()
+}
 
 func isWrite(method string) bool {
 	switch method {
@@ -96,6 +99,11 @@ func (fp *faultProxy) handler(next http.Handler) http.Handler {
 				mode := faultMode(fp.mode.Load())
 				if mode == faultMixed {
 					mode = faultMode(rand.IntN(2))
+				}
+				if mode == fault403 {
+					fp.forbidden.Add(1)
+					http.Error(w, `{"error":{"code":403,"message":"injected: permission denied"}}`, http.StatusForbidden)
+					return
 				}
 				if mode == faultReset && fp.reset(w) {
 					fp.resets.Add(1)

@@ -138,6 +138,13 @@ func overrideArgs(defaults []string, extra ...string) []string {
 // address is p.Addr.
 func startConsumer(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startConsumerBin(t, name, binary(t, "consumer"), args...)
+}
+
+// startConsumerBin is startConsumer of the consumer binary bin (another
+// build than this tree's, for the upgrade scenarios).
+func startConsumerBin(t testing.TB, name, bin string, args ...string) *proc {
+	t.Helper()
 	addr := ""
 	for i, a := range args {
 		if a == "--http-addr" && i+1 < len(args) {
@@ -154,7 +161,7 @@ func startConsumer(t testing.TB, name string, args ...string) *proc {
 		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		args = append(args, "--http-addr", addr)
 	}
-	p := newProc(t, name, binary(t, "consumer"), append([]string{"run"}, args...)...)
+	p := newProc(t, name, bin, append([]string{"run"}, args...)...)
 	p.ready = waitForHTTP(addr, "/healthz")
 	p.Start()
 	return p

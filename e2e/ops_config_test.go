@@ -1,18 +1,13 @@
 package e2e
 
 import (
-	"context"
-	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
 )
 
-// TestOpsConfig checks that invalid config fails at start with one line per
-// problem, naming the flag (command line or environment), and -h groups the
-// flags with their defaults.
+// TestOpsConfig checks that invalid config fails at start with exit 2 and
+// one line per problem, naming the flag (command line or environment), and
+// -h groups the flags with their defaults, on stdout.
 func TestOpsConfig(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -30,8 +25,8 @@ func TestOpsConfig(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := opsRunConsumer(t, tc.env, append([]string{"run"}, tc.args...)...)
-			if code != 1 || stdout != "" {
-				t.Fatalf("exit %d, stdout %q, want 1 and nothing", code, stdout)
+			if code != 2 || stdout != "" {
+				t.Fatalf("exit %d, stdout %q, want 2 and nothing", code, stdout)
 			}
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
 			if len(lines) != len(tc.lines)+1 || lines[0] != "consumer run: invalid configuration:" {
@@ -46,7 +41,7 @@ func TestOpsConfig(t *testing.T) {
 	}
 
 	t.Run("help", func(t *testing.T) {
-		code, _, help := opsRunConsumer(t, nil, "run", "-h")
+		code, help, _ := opsRunConsumer(t, nil, "run", "-h")
 		if code != 0 {
 			t.Fatalf("run -h: exit %d\n%s", code, help)
 		}
@@ -95,20 +90,5 @@ func TestOpsConfig(t *testing.T) {
 // to completion and returns its exit code, stdout and stderr.
 func opsRunConsumer(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t, "consumer"), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &exit):
-		return exit.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("consumer %v: %v", args, err)
-	return 0, "", ""
+	return cliRun(t, binary(t, "consumer"), env, args...)
 }

@@ -296,9 +296,10 @@ func oracleReadRestore(t testing.TB, path string) map[string]loadgen.Row {
 	return out
 }
 
-// oracleConn is the connection flags of the consumer's operator commands.
+// oracleConn is the connection flags of the consumer's operator commands
+// that read the backup (restore, verify, ...: no Kafka).
 func (c *cluster) oracleConn() []string {
-	return []string{"--brokers", c.Broker.Addr, "--redis-url", c.Redis.URL, "--gcs-bucket", c.GCS.Bucket,
+	return []string{"--redis-url", c.Redis.URL, "--gcs-bucket", c.GCS.Bucket,
 		"--gcs-endpoint", c.GCS.Addr, "--group", "flowlog"}
 }
 

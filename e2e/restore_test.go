@@ -254,9 +254,9 @@ type restoreResult struct {
 }
 
 // restoreConnArgs are the connection flags of the consumer's operator
-// commands for c.
+// commands that read the backup (no Kafka) for c.
 func restoreConnArgs(c *cluster) []string {
-	return []string{"--brokers", c.Broker.Addr, "--redis-url", c.Redis.URL, "--gcs-bucket", c.GCS.Bucket,
+	return []string{"--redis-url", c.Redis.URL, "--gcs-bucket", c.GCS.Bucket,
 		"--gcs-endpoint", c.GCS.Addr, "--group", "flowlog"}
 }
 

@@ -339,6 +339,8 @@ func (s *session) end(err error, flCancel context.CancelFunc, flDone <-chan stru
 		switch werr := s.fl.waitCtx(wctx, cyc); {
 		case errors.Is(werr, meta.ErrLeaseLost):
 			c.log.Warn("final flush fenced: the partitions have a new owner, which consumes the uncommitted records again", "err", werr)
+		case errors.Is(werr, context.DeadlineExceeded):
+			err = s.fl.uncommitted(c.cfg.ShutdownTimeout)
 		case werr != nil:
 			err = fmt.Errorf("final flush (uncommitted data is consumed again on restart): %w", werr)
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -108,7 +109,15 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c.lastCyc = CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
 		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()}
 	c.mu.Unlock()
-	c.log.Info("flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
+	// An interval cycle without files (offsets and checkpoints only) is
+	// most of an idle consumer's cycles: debug, so that the log holds what
+	// moved data. A stop's or a revoke's cycle is logged even when empty:
+	// it says the stop committed.
+	level := slog.LevelInfo
+	if len(cyc.files) == 0 && cyc.trigger == triggerInterval {
+		level = slog.LevelDebug
+	}
+	c.log.Log(ctx, level, "flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
 		"bytes", cyc.bytes, "flows", len(cyc.flows), "objects", 2*len(cyc.uploads), "partitions", len(cyc.parts),
 		"took", time.Since(cyc.started).Round(time.Millisecond))
 	return nil

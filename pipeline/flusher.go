@@ -32,6 +32,7 @@ type flusher struct {
 	kickCh   chan struct{}
 	closed   bool
 	err      error // a fencing failure: the session must end
+	lastFail error // the last failed attempt of a cycle, for UncommittedError
 	inflight []*cycle
 	// kafkaPending are the Redis-committed offsets not yet acknowledged by
 	// Kafka's group coordinator, by apply partition.
@@ -284,6 +285,9 @@ func (f *flusher) process(ctx context.Context, cyc *cycle) error {
 			return err
 		}
 		c.m.cyclesTotal.WithLabelValues(cyc.trigger, "failed").Inc()
+		f.mu.Lock()
+		f.lastFail = err
+		f.mu.Unlock()
 		c.log.Warn("flush cycle failed; files kept, retrying", "cycle", cyc.id, "attempt", attempt, "retry_in", backoff, "err", err)
 		select {
 		case <-ctx.Done():

@@ -33,11 +33,14 @@ type RestoreOptions struct {
 	// OutDir receives <table_id>.jsonl per table, each created afresh
 	// (never through a symbolic link) with mode 0600; OutDir is created with
 	// mode 0700 if missing. A non-empty OutDir fails with ErrOutDirNotEmpty
-	// unless Force is set.
+	// unless Force is set. The tables appear only when the restore
+	// succeeds: one that fails or whose ctx ends leaves OutDir as it was
+	// (see outDir).
 	OutDir string
 	// Force allows a non-empty OutDir: its <table_id>.jsonl entries (files
-	// or links, never what a link points to) are removed first, so that it
-	// holds only this restore's tables; other entries are left alone.
+	// or links, never what a link points to) are replaced or removed once
+	// the restore succeeded, so that it holds only this restore's tables;
+	// other entries are left alone.
 	Force bool
 	// TempDir holds sorted runs while restoring (default os.TempDir()).
 	TempDir string
@@ -61,6 +64,10 @@ type RestoreOptions struct {
 	// 0 if none: a TS below it, or a table that needs the log before it,
 	// fails with a *TruncatedError.
 	TruncatedBefore uint64
+
+	// Progress, if set, is called after every chunk read and every 65,536
+	// keys written, on the restore's goroutine.
+	Progress func(RestoreProgress)
 
 	// progress, if set, is called after every chunk read.
 	progress func(RestoreStats)
@@ -127,14 +134,36 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := prepareOutDir(o.OutDir, o.Force); err != nil {
+	if o.Progress != nil {
+		o.progress = func(rs RestoreStats) {
+			o.Progress(RestoreProgress{Chunks: rs.Chunks, ChunksTotal: plan.chunks, LogBytes: rs.LogBytes, Keys: rs.Keys})
+		}
+	}
+	dir, err := openOutDir(o.OutDir, o.Force)
+	if err != nil {
 		return st, err
 	}
-	out := &jsonlOut{w: newTableWriter(o.OutDir)}
-	defer out.w.finish()
+	out := &jsonlOut{w: newTableWriter(dir.staging)}
 	err = mvccRead(ctx, o, plan, out, &st)
+	if ferr := out.w.finish(); err == nil {
+		err = ferr
+	}
+	if err == nil {
+		err = dir.commit(out.w.written)
+	}
+	if err != nil {
+		dir.discard()
+		return st, err
+	}
 	st.Tables = len(out.w.written)
-	return st, err
+	return st, nil
+}
+
+// RestoreProgress is how far a restore is.
+type RestoreProgress struct {
+	Chunks, ChunksTotal int   // log chunks read, of those planned
+	LogBytes            int64 // uncompressed log bytes read
+	Keys                int64 // keys written
 }
 
 func (o *RestoreOptions) defaults() {

@@ -30,36 +30,6 @@ func checkOutDir(dir string, force bool) error {
 	return nil
 }
 
-// prepareOutDir creates dir (mode 0700) if it is missing, else checks that
-// it is empty or, with force, removes its <table_id>.jsonl entries. A
-// symbolic link among them is removed itself, never followed.
-func prepareOutDir(dir string, force bool) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("restore: %w", err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("restore: output directory: %w", err)
-	}
-	if len(entries) > 0 && !force {
-		return fmt.Errorf("restore: %s holds %d entries (%s, ...): %w", dir, len(entries), entries[0].Name(), ErrOutDirNotEmpty)
-	}
-	for _, e := range entries {
-		if !isTableFile(e.Name()) {
-			continue
-		}
-		// os.Remove unlinks a symbolic link, not its target; a directory
-		// of that name that is not empty stays and fails the restore.
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("restore: replace %s: %w", e.Name(), err)
-		}
-	}
-	return nil
-}
-
 // isTableFile reports whether name is <table_id>.jsonl.
 func isTableFile(name string) bool {
 	id, ok := strings.CutSuffix(name, ".jsonl")
@@ -70,9 +40,9 @@ func isTableFile(name string) bool {
 	return err == nil
 }
 
-// createOut creates table id's file in dir: a new file of mode 0600, never
-// an existing entry and never through a symbolic link (O_EXCL|O_NOFOLLOW),
-// even if one appeared after prepareOutDir.
+// createOut creates table id's file in dir (the restore's staging dir): a
+// new file of mode 0600, never an existing entry and never through a
+// symbolic link (O_EXCL|O_NOFOLLOW).
 func createOut(dir string, id int64) (*os.File, error) {
 	name := filepath.Join(dir, strconv.FormatInt(id, 10)+".jsonl")
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)

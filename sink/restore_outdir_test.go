@@ -3,6 +3,7 @@ package sink_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -117,5 +118,62 @@ func TestRestoreOutDir(t *testing.T) {
 			t.Errorf("7.jsonl of an earlier restore stayed (%v)", err)
 		}
 		checkOut(t, out)
+	})
+}
+
+// TestRestoreInterruptedLeavesOutDir checks that a restore whose context
+// ends mid-way (an operator's Ctrl-C) leaves OutDir as it was before the
+// run: a directory it created is removed, and with Force the earlier
+// restore's files (one of which this run would replace) stay as they were,
+// with no staging directory left behind; the sort files go with the temp
+// dir.
+func TestRestoreInterruptedLeavesOutDir(t *testing.T) {
+	b := sink.NewMemBucket()
+	var metas []string
+	for i := range 4 {
+		metas = append(metas, writeBackup(t, b, fmt.Sprintf("c%d", i), "none",
+			[]kv{wput(1, int64(i), uint64(10+i), uint64(9+i), "a"), wput(2, int64(i), uint64(20+i), uint64(19+i), "b")}))
+	}
+	restore := func(t *testing.T, out string, force bool) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tmp := t.TempDir()
+		_, err := sink.Restore(ctx, sink.RestoreOptions{Bucket: b, Flow: testFlow, MetaPaths: metas, TS: 100, OutDir: out, Force: force,
+			TempDir: tmp, Parallel: 1, Progress: func(sink.RestoreProgress) { cancel() }})
+		if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+			t.Errorf("temp dir holds %d entries after the restore (%s, ...)", len(ents), ents[0].Name())
+		}
+		return err
+	}
+	t.Run("new dir", func(t *testing.T) {
+		parent := t.TempDir()
+		out := filepath.Join(parent, "a", "out")
+		if err := restore(t, out, false); !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted restore = %v, want context.Canceled", err)
+		}
+		if ents, _ := os.ReadDir(parent); len(ents) != 0 {
+			t.Errorf("the restore left %s/%s behind", parent, ents[0].Name())
+		}
+	})
+	t.Run("force", func(t *testing.T) {
+		out := t.TempDir()
+		old := map[string]string{"1.jsonl": "earlier restore\n", "9.jsonl": "earlier restore of table 9\n", "notes.txt": "keep"}
+		for name, body := range old {
+			if err := os.WriteFile(filepath.Join(out, name), []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := restore(t, out, true); !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted restore = %v, want context.Canceled", err)
+		}
+		ents, _ := os.ReadDir(out)
+		if len(ents) != len(old) {
+			t.Errorf("--out holds %d entries after the interrupted restore, want the %d it had", len(ents), len(old))
+		}
+		for name, body := range old {
+			if got, err := os.ReadFile(filepath.Join(out, name)); err != nil || string(got) != body {
+				t.Errorf("%s is %q (%v), want it unchanged: %q", name, got, err, body)
+			}
+		}
 	})
 }

@@ -48,6 +48,6 @@ func captureFile(t *testing.T, f **os.File, fn func() error) (string, error) {
 func runIn(t *testing.T, conn []string, command string, args ...string) (string, error) {
 	t.Helper()
 	return capture(t, func() error {
-		return commands[command](context.Background(), append(append([]string{}, conn...), args...))
+		return commands[command].run(context.Background(), append(append([]string{}, conn...), args...))
 	})
 }

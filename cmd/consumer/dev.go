@@ -50,26 +50,15 @@ var devDefaults = map[string]string{
 	"log-format": "text", "store-id": "dev", "http-addr": "127.0.0.1:0",
 }
 
-const devHelpIntro = `usage: consumer dev [flags]
-
-Run flowlog end to end on this machine: an embedded Kafka broker and GCS
-emulator (data under --data-dir), Redis at --redis-url if it answers, else
-a private redis-server (or an in-memory emulator), a demo flow and a demo
-load; then print what landed where and the commands to look at it.
---brokers and --gcs-endpoint, if given, are where the embedded Kafka and
-GCS listen (127.0.0.1:PORT), so a sourced .flowlog-dev/env keeps working
-across runs. The other flags are those of run, with dev's defaults.
-`
-
 // devSections are the help sections of `consumer dev`.
-var devSections = append([]flagSection{{title: "Dev", names: []string{"data-dir", "events", "keep-running", "heartbeat-interval"}}}, runSections...)
+var devSections = append([]cli.Section{{Title: "Dev", Names: []string{"data-dir", "events", "keep-running", "heartbeat-interval"}}}, runSections...)
 
 // runDev runs flowlog end to end on a bare machine: an in-process Kafka
 // broker (kfake) and GCS emulator (fake-gcs-server, on disk), Redis at
 // --redis-url if it answers, else a private one; then a demo flow and load,
 // and a summary of what landed where.
 func runDev(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer dev", flag.ContinueOnError)
+	fs := cli.NewFlagSet("consumer dev", intro("dev"), "Dev", devSections...)
 	var cfg devConfig
 	cfg.run.RegisterFlags(fs)
 	fs.StringVar(&cfg.DataDir, "data-dir", ".flowlog-dev", "where the embedded broker, GCS emulator and private Redis keep their data, and env is written")
@@ -82,7 +71,6 @@ func runDev(ctx context.Context, args []string) error {
 		_ = f.Value.Set(v) // not fs.Set: the flag stays "not given"
 		f.DefValue = v
 	}
-	fs.Usage = func() { writeGroupedHelp(fs.Output(), fs, devHelpIntro, devSections) }
 	src, err := cli.ParseSources(fs, args)
 	if err != nil {
 		return err
@@ -97,7 +85,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 
 	log := newLogger(cfg.run.LogFormat)
-	ctx, stop := signalContext(ctx, log)
+	ctx, stop := signalContext(ctx, log, cfg.run.pipe.ShutdownTimeout)
 	defer stop()
 
 	dir, err := filepath.Abs(cfg.DataDir)
@@ -133,7 +121,7 @@ func runDev(ctx context.Context, args []string) error {
 	redis.SetLogger(redisLog{log: log}) // not before: devRedis's probes fail on purpose
 
 	if err := cfg.run.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
+		return invalidConfig(src, err)
 	}
 	log.Info("dev: embedded services up", "kafka", cfg.run.conn.Kafka.Brokers, "gcs", gcsSrv.URL(),
 		"bucket", cfg.run.conn.GCS.Bucket, "redis", cli.RedactURL(cfg.run.conn.Redis.URL), "data_dir", dir)

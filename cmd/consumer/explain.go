@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,24 +18,47 @@ type reader struct {
 	verb   string  // the work, in a note: "restoring"
 	noun   string  // the work, in a refusal: "restore"
 	tables string  // --tables, "" for all
+	out    *output
+	// leftOut are the tables left out, for the JSON form.
+	leftOut []leftOut
 }
 
-// notify prints an event of the request: notes on stdout, what is left
-// out and why on stderr.
-func (r reader) notify(e backup.Event) {
+// leftOut is a table a restore or snapshot left out, and why.
+type leftOut struct {
+	Table  uint32 `json:"table"`
+	Reason string `json:"reason"`
+}
+
+// flowJSON is a flow in every JSON document.
+type flowJSON struct {
+	ID      uint32 `json:"id"`
+	Catalog string `json:"catalog"`
+	Name    string `json:"name"`
+	Dropped bool   `json:"dropped"`
+}
+
+func flowOf(f backup.Flow) flowJSON {
+	return flowJSON{ID: uint32(f.ID), Catalog: f.Catalog, Name: f.Name, Dropped: f.Dropped}
+}
+
+// notify prints an event of the request: notes on stdout (not with
+// --json), what is left out and why on stderr.
+func (r *reader) notify(e backup.Event) {
 	switch e := e.(type) {
 	case backup.CheckpointUnreadable:
 		fmt.Fprintf(os.Stderr, "flow %s/%s (id %d) was dropped and its checkpoint is unreadable (%v); its coverage windows are final, so it is restorable up to their end\n",
 			e.Flow.Catalog, e.Flow.Name, e.Flow.ID, e.Err)
 	case backup.AtWindowsEnd:
-		fmt.Printf("flow %s/%s (id %d) was dropped: %s as of the end of its last coverage window, %d (%s)\n",
+		r.out.printf("flow %s/%s (id %d) was dropped: %s as of the end of its last coverage window, %d (%s)\n",
 			e.Flow.Catalog, e.Flow.Name, e.Flow.ID, r.verb, e.End, tsTime(e.End))
 	case backup.TSChosen:
 		if r.ts.form != "" {
-			fmt.Printf("--ts %s\n", r.ts.describe())
+			r.out.printf("--ts %s\n", r.ts.describe())
 		}
 	case backup.LeftOut:
-		fmt.Fprintf(os.Stderr, "left out table %d: %s\n", e.Table, whyNot(e))
+		why := whyNot(e)
+		r.leftOut = append(r.leftOut, leftOut{Table: e.Table, Reason: why})
+		fmt.Fprintf(os.Stderr, "left out table %d: %s\n", e.Table, why)
 	}
 }
 
@@ -51,26 +73,35 @@ func whyNot(l backup.LeftOut) string {
 		for i, w := range l.Windows {
 			ws[i] = windowString(w)
 		}
-		return fmt.Sprintf("no coverage window holds %d; its windows are %s", l.TS, strings.Join(ws, ", "))
+		return fmt.Sprintf("no coverage window holds %s; its windows are %s", tsText(l.TS), strings.Join(ws, ", "))
 	case l.Establishing:
 		return "its coverage window is not established yet (an apply partition has not routed past the DDL that added it)"
 	}
 	return "not a table of the flow (no coverage window)"
 }
 
-// windowString renders a window as [since, until] with "now" for an open
-// end: the ts it holds.
+// windowString renders a window as [since (time), until (time)] with "now"
+// for an open end: the ts it holds, each TSO with its wall time.
 func windowString(w meta.Window) string {
 	until := "now"
 	if w.Until != nil {
-		until = strconv.FormatUint(*w.Until, 10)
+		until = tsText(*w.Until)
 	}
-	return fmt.Sprintf("[%d, %s]", w.Since, until)
+	return "[" + tsText(w.Since) + ", " + until + "]"
+}
+
+// tsText is a TSO with its wall time, "N (2026-12-01T10:00:00Z)"; 0, which
+// is no time, is "0".
+func tsText(ts uint64) string {
+	if ts == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", ts, tsTime(ts))
 }
 
 // explain words the read side's refusals for the operator, naming the
 // flags that change them; other errors pass unchanged.
-func (r reader) explain(err error) error {
+func (r *reader) explain(err error) error {
 	var (
 		nf *backup.NotFoundError
 		op *backup.OutsidePrefixError

@@ -97,7 +97,7 @@ func TestReadWording(t *testing.T) {
 	})
 	wantOut := fmt.Sprintf("flow c/f (id 7) was dropped: restoring as of the end of its last coverage window, %d (2026-12-01T10:30:00Z)\n--ts %s\n", at(30), desc)
 	wantErr := "flow c/f (id 7) was dropped and its checkpoint is unreadable (object not found); its coverage windows are final, so it is restorable up to their end\n" +
-		fmt.Sprintf("left out table 2: no coverage window holds %d; its windows are [5, %d], [%d, now]\n", at(40), at(30), at(45)) +
+		fmt.Sprintf("left out table 2: no coverage window holds %d (2026-12-01T10:40:00Z); its windows are [5 (1970-01-01T00:00:00Z), %d (2026-12-01T10:30:00Z)], [%d (2026-12-01T10:45:00Z), now]\n", at(40), at(30), at(45)) +
 		"left out table 3: its coverage window is not established yet (an apply partition has not routed past the DDL that added it)\n" +
 		"left out table 4: not a table of the flow (no coverage window)\n" +
 		fmt.Sprintf("left out table 5: it is being removed from the flow and not every apply partition has said where it stopped backing it up: "+

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -90,15 +88,15 @@ func listFlows(ctx context.Context, st *meta.Store) ([]flowRow, error) {
 }
 
 func runFlows(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer flows", flag.ContinueOnError)
+	fs := newFlagSet("flows")
 	var (
-		conn   connConfig
-		mem    opMemory
-		asJSON bool
+		conn connConfig
+		mem  opMemory
+		out  output
 	)
 	conn.RegisterFlags(fs)
 	mem.RegisterFlags(fs)
-	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	out.RegisterFlags(fs)
 	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
@@ -110,10 +108,8 @@ func runFlows(ctx context.Context, args []string) error {
 		return err
 	}
 	addLogBytes(ctx, &conn, st, rows, mem.streams(16))
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+	if out.json {
+		return out.result(rows)
 	}
 	printFlows(rows)
 	return nil

@@ -42,7 +42,7 @@ func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []f
 	}
 	ctx, cancel := context.WithTimeout(ctx, storageTimeout)
 	defer cancel()
-	b, err := conn.openBucket(ctx)
+	b, err := conn.openBucket(ctx, false)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "log bytes after snapshot unknown: %v\n", err)
 		return

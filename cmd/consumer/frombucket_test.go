@@ -59,7 +59,7 @@ func restoreTo(t *testing.T, conn []string, ts uint64, extra ...string) string {
 		args = append(args, "--ts", fmt.Sprint(ts))
 	}
 	stderr, stdout, err := captureStderr(t, func() error {
-		return commands["restore"](context.Background(), append(append([]string{}, conn...), args...))
+		return commands["restore"].run(context.Background(), append(append([]string{}, conn...), args...))
 	})
 	if err != nil {
 		t.Fatalf("restore %v: %v\n%s", extra, err, stderr)

@@ -39,7 +39,7 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	e := &opsEnv{redis: testenv.StartRedis(t), gcs: testenv.StartGCS(t), kafka: testenv.StartKafka(t, 2)}
 	e.store = meta.NewStore(e.redis.Client(t), "flowlog", nil)
 	e.conn = []string{"--redis-url", e.redis.URL, "--gcs-endpoint", e.gcs.Endpoint(), "--gcs-bucket", testenv.Bucket,
-		"--gcs-prefix", "pre", "--brokers", e.kafka.Brokers(), "--group", "g1"}
+		"--gcs-prefix", "pre", "--group", "g1"}
 	info := meta.FlowInfo{CatalogName: "default", FlowName: "f", SourceTableIDs: []uint32{1, 2},
 		SinkTableName: meta.TableName{CatalogName: "default", SchemaName: "public", TableName: "out"}, FlownodeIDs: map[uint32]uint64{0: 1}}
 	if err := e.store.CreateFlow(ctx, 1, info, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 1, Addr: "n1:4000"}}}); err != nil {
@@ -187,7 +187,9 @@ func TestRestoreVerifyCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		stdout, err := capture(t, func() error { return runStatus(ctx, e.args("--http-addr", "", "--json")) })
+		stdout, err := capture(t, func() error {
+			return runStatus(ctx, e.args("--brokers", e.kafka.Brokers(), "--http-addr", "", "--json"))
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

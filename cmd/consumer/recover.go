@@ -53,7 +53,7 @@ func runRecover(ctx context.Context, args []string) error {
 		return fmt.Errorf("redis holds keys under --redis-prefix %q (%v...): recover writes only into an empty prefix; "+
 			"check that no consumer runs there, then give --replace-existing to delete them first", cfg.conn.Redis.Prefix, some)
 	}
-	b, err := cfg.conn.openBucket(ctx)
+	b, err := cfg.conn.openBucket(ctx, false)
 	if err != nil {
 		return err
 	}

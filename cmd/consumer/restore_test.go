@@ -145,16 +145,16 @@ func TestRestoreCommand(t *testing.T) {
 	stderr, stdout, err := captureStderr(t, func() error {
 		return runRestore(context.Background(), e.Args("--flow", "f", "--out", t.TempDir(), "--temp-dir", t.TempDir(), "--ts", fmt.Sprint(e.TS(30*time.Minute))))
 	})
-	want := fmt.Sprintf("left out table 2: no coverage window holds %d; its windows are [0, %d]\n", e.TS(30*time.Minute), until2)
+	want := fmt.Sprintf("left out table 2: no coverage window holds %s; its windows are [0, %s]\n", tsText(e.TS(30*time.Minute)), tsText(until2))
 	if err != nil || stderr != want {
 		t.Errorf("restore at 30m = %v, stderr %q, want %q\n%s", err, stderr, want, stdout)
 	}
 	vout, err := runIn(t, e.Conn, "verify", "--flow", "f")
-	if want := fmt.Sprintf("table 2: coverage window [0, %d]", until2); err != nil || !strings.Contains(vout, want) {
+	if want := fmt.Sprintf("table 2: coverage window [0, %d (%s)]", until2, tsTime(until2)); err != nil || !strings.Contains(vout, want) {
 		t.Errorf("verify = %v, does not show %q:\n%s", err, want, vout)
 	}
 	fout, err := runIn(t, e.Conn, "flows")
-	if want := fmt.Sprintf("1:[0, now] 2:[0, %d]", until2); err != nil || !strings.Contains(fout, want) {
+	if want := fmt.Sprintf("1:[0, now] 2:[0, %d (%s)]", until2, tsTime(until2)); err != nil || !strings.Contains(fout, want) {
 		t.Errorf("flows = %v, does not show %q:\n%s", err, want, fout)
 	}
 }

@@ -9,10 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/flowlog/flowlog/internal/buildinfo"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/dlq"
 	"github.com/flowlog/flowlog/meta"
@@ -39,9 +38,10 @@ type runConfig struct {
 }
 
 func (c *runConfig) RegisterFlags(f *flag.FlagSet) {
+	c.conn.uses = useKafka | useHTTP
 	c.conn.RegisterFlags(f)
 	c.pipe.RegisterFlags(f)
-	f.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&c.LogFormat, "log-format", "auto", "log format: json, text, or auto (text when stderr is a terminal, json otherwise)")
 	f.BoolVar(&c.RedactLogs, "redact-logs", true, "keep record keys and values out of logs")
 }
 
@@ -58,17 +58,19 @@ func (c *runConfig) Validate() error {
 	if c.pipe.FlushSize > 0 && c.pipe.FlushSize < minFlushSize {
 		errs = append(errs, fmt.Errorf("--flush-size: %d bytes is below the minimum of 64KiB", int64(c.pipe.FlushSize)))
 	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		errs = append(errs, fmt.Errorf("--log-format: %q is neither json nor text", c.LogFormat))
+	switch c.LogFormat {
+	case "auto", "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format: %q is not json, text or auto", c.LogFormat))
 	}
 	return errors.Join(errs...)
 }
 
 func runRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer run", flag.ContinueOnError)
+	fs := cli.NewFlagSet("consumer run", intro("run"), "Run", runSections...)
 	var cfg runConfig
 	cfg.RegisterFlags(fs)
-	badValues := setupRunFlags(fs)
+	badValues := cli.Lenient(fs)
 	src, err := cli.ParseSources(fs, args)
 	if err != nil {
 		return err
@@ -77,7 +79,7 @@ func runRun(ctx context.Context, args []string) error {
 		return cli.Usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := errors.Join(badValues(), cfg.Validate()); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))
+		return invalidConfig(src, err)
 	}
 	if err := checkGCSCredentials(cfg.conn.GCS); err != nil {
 		return err
@@ -90,7 +92,7 @@ func runRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfile()
-	ctx, stop := signalContext(ctx, log)
+	ctx, stop := signalContext(ctx, log, cfg.pipe.ShutdownTimeout)
 	defer stop()
 	if err := checkRedis(ctx, cfg.conn.Redis); err != nil {
 		return err
@@ -124,7 +126,15 @@ func checkRedis(ctx context.Context, c meta.Config) error {
 	return pingRedis(ctx, rdb, c.URL)
 }
 
+// newLogger logs to stderr in format: json, text, or auto, which is text
+// on a terminal (a person reading) and JSON otherwise (a log collector).
 func newLogger(format string) *slog.Logger {
+	if format == "auto" {
+		format = "json"
+		if isTerminal(os.Stderr) {
+			format = "text"
+		}
+	}
 	var h slog.Handler
 	if format == "text" {
 		h = slog.NewTextHandler(os.Stderr, nil)
@@ -135,25 +145,16 @@ func newLogger(format string) *slog.Logger {
 }
 
 // signalContext is canceled by the first SIGTERM/SIGINT (graceful: finish
-// the cycle in flight, flush, commit, leave the group); a second one exits
-// at once without committing anything not yet committed.
-func signalContext(parent context.Context, log *slog.Logger) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(parent)
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		sig, ok := <-ch
-		if !ok {
-			return
-		}
-		log.Info("signal received: flushing, committing and leaving the group; signal again to exit at once", "signal", sig.String())
-		cancel()
-		if _, ok := <-ch; ok {
-			log.Warn("second signal: exiting without committing")
-			os.Exit(130)
-		}
-	}()
-	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
+// the cycle in flight, flush, commit, leave the group, within
+// --shutdown-timeout); a second one exits at once without committing
+// anything not yet committed.
+func signalContext(parent context.Context, log *slog.Logger, shutdownTimeout time.Duration) (context.Context, func()) {
+	return cli.Interrupt(parent, func(sig os.Signal) {
+		log.Info("signal received: flushing, committing and leaving the group; signal again to exit at once",
+			"signal", sig.String(), "shutdown_timeout", shutdownTimeout.String())
+	}, func() {
+		log.Warn("second signal: exiting without committing")
+	})
 }
 
 // serve builds the parts from cfg and runs the consumer until ctx ends.
@@ -161,6 +162,7 @@ func signalContext(parent context.Context, log *slog.Logger) (context.Context, f
 func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(httpAddr string)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildinfo.Register(reg)
 
 	rdb, err := cfg.conn.Redis.NewClient()
 	if err != nil {
@@ -176,6 +178,13 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	bucket := sink.WithMetrics(gb, reg)
 	defer bucket.Close()
+	// Every cycle lists, creates and deletes objects under the prefix: a
+	// bucket that refuses one of them is reported now, in one line, not as
+	// the failure of the first upload.
+	warn := func(err error) { log.Warn("gcs write probe failed", "err", err) }
+	if err := checkBucket(ctx, gb, cfg.conn.GCS, true, warn); err != nil {
+		return err
+	}
 	if err := claimPrefix(ctx, store, bucket, cfg.conn); err != nil {
 		return err
 	}

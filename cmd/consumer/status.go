@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/pipeline"
 )
 
 // partitionRow is one apply partition in `consumer status`.
@@ -38,13 +39,13 @@ type statusReport struct {
 }
 
 func runStatus(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer status", flag.ContinueOnError)
+	fs := newFlagSet("status")
 	var (
-		conn   connConfig
-		asJSON bool
+		conn = connConfig{uses: useApplyTopic | useHTTP}
+		out  output
 	)
 	conn.RegisterFlags(fs)
-	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	out.RegisterFlags(fs)
 	st, closeStore, err := conn.parseOpen(fs, args)
 	if err != nil {
 		return err
@@ -71,10 +72,8 @@ func runStatus(ctx context.Context, args []string) error {
 	if conn.HTTPAddr != "" {
 		rep.Consumer = fetchStatus(ctx, conn.HTTPAddr)
 	}
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if out.json {
+		return out.result(rep)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLEASE HOLDER\tEPOCH\tREDIS OFFSET\tEND OFFSET\tLAG\tCHECKPOINT (UTC)")
@@ -89,12 +88,57 @@ func runStatus(ctx context.Context, args []string) error {
 	fmt.Println()
 	printFlows(rep.Flows)
 	if rep.Consumer != nil {
-		var buf bytes.Buffer
-		if json.Indent(&buf, rep.Consumer, "", "  ") == nil {
-			fmt.Printf("\nconsumer at %s:\n%s\n", conn.HTTPAddr, buf.String())
-		}
+		printConsumer(conn.HTTPAddr, rep.Consumer)
+	} else if conn.HTTPAddr != "" {
+		fmt.Printf("\nno consumer answered at --http-addr %s\n", conn.HTTPAddr)
 	}
 	return nil
+}
+
+// printConsumer prints the running consumer's /status (raw) in a few
+// lines: what it holds now and its last cycle. The whole document is in
+// `status --json`.
+func printConsumer(addr string, raw json.RawMessage) {
+	var s pipeline.Status
+	if err := json.Unmarshal(raw, &s); err != nil {
+		fmt.Printf("\nconsumer at %s: unreadable /status: %v\n", addr, err)
+		return
+	}
+	state := "running"
+	switch {
+	case !s.Running:
+		state = "not running"
+	case s.Paused:
+		state = "running, fetching paused (temp bytes at their bound)"
+	}
+	parts := make([]string, len(s.Partitions))
+	var lag int64
+	for i, p := range s.Partitions {
+		parts[i], lag = strconv.Itoa(int(p.Partition)), lag+p.Lag
+	}
+	fmt.Printf("\nconsumer at %s: %s; partitions %s (lag %d records); temp %s; in flight %d cycles (%s)\n", addr, state,
+		orNone(strings.Join(parts, ",")), lag, humanBytes(s.TempBytes), s.InflightCycles, humanBytes(s.InflightBytes))
+	if c := s.LastCycle; !c.Finished.IsZero() {
+		fmt.Printf("  last cycle %s (%s) committed %s: %d files, %s, %d flows, took %.2fs\n", c.ID, c.Trigger,
+			c.Finished.UTC().Format(time.RFC3339), c.Files, humanBytes(c.Bytes), c.Flows, c.Duration)
+	} else {
+		fmt.Println("  no cycle committed yet")
+	}
+	for _, f := range s.Flows {
+		if f.Fatal {
+			fmt.Printf("  flow %s/%s (id %d) is FATAL: see docs/OPERATING.md, \"Recover a fatal flow\"\n", f.Catalog, f.Name, f.ID)
+		}
+	}
+	if s.TSAheadSeconds >= 1 {
+		fmt.Printf("  newest ts %.0fs ahead of this clock (--max-clock-skew %.0fs)\n", s.TSAheadSeconds, s.MaxClockSkewSeconds)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // partitionStatus reads, per partition of the apply topic, the lease,

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
@@ -24,6 +26,7 @@ type truncateConfig struct {
 	Until    tsFlag
 	DryRun   bool
 	Parallel int
+	out      output
 }
 
 func (c *truncateConfig) RegisterFlags(f *flag.FlagSet) {
@@ -33,21 +36,25 @@ func (c *truncateConfig) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.Until, "until", "truncate the log before the newest listed snapshot at or below this TSO, RFC 3339 time or negative duration (required)")
 	f.BoolVar(&c.DryRun, "dry-run", false, "print what would be removed and deleted, change nothing")
 	f.IntVar(&c.Parallel, "parallel", 16, "metas read and objects deleted at once")
+	c.out.RegisterFlags(f)
 }
 
 func runTruncate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer truncate", flag.ContinueOnError)
+	fs := newFlagSet("truncate")
 	var cfg truncateConfig
 	cfg.RegisterFlags(fs)
-	st, closeStore, err := cfg.conn.parseOpen(fs, args)
+	st, closeStore, err := cfg.conn.parseOpen(fs, args, func() error {
+		if cfg.Until.ts == 0 {
+			return errors.New("--until is required")
+		}
+		_, err := flowLookup(cfg.Flow, cfg.FlowID)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if cfg.Until.ts == 0 {
-		return cli.Usagef("--until is required")
-	}
-	b, err := cfg.conn.openBucket(ctx)
+	b, err := cfg.conn.openBucket(ctx, !cfg.DryRun)
 	if err != nil {
 		return err
 	}
@@ -59,6 +66,51 @@ func runTruncate(ctx context.Context, args []string) error {
 		return merr
 	}
 	return err
+}
+
+// truncateJSON is `consumer truncate --json` (docs/SCRIPTING.md, "JSON
+// output").
+type truncateJSON struct {
+	Flow     flowJSON `json:"flow"`
+	DryRun   bool     `json:"dry_run"`
+	Snapshot tsJSON   `json:"snapshot"`
+	// MetasListed were listed; MetasRemoved are (or would be) removed,
+	// MetasKept stay, KeptBelow counts those at or below the snapshot kept,
+	// by reason.
+	MetasListed      int            `json:"metas_listed"`
+	MetasRemoved     int            `json:"metas_removed"`
+	MetasKept        int            `json:"metas_kept"`
+	KeptBelow        map[string]int `json:"kept_below_snapshot"`
+	SnapshotsRemoved int            `json:"snapshots_removed"`
+	Tables           []int64        `json:"tables"`
+	Objects          []objectJSON   `json:"objects"`
+	ObjectBytes      int64          `json:"object_bytes"`
+	Warnings         []string       `json:"warnings"`
+	Deleted          int            `json:"deleted"`
+	DeletedBytes     int64          `json:"deleted_bytes"`
+	Seconds          float64        `json:"seconds"`
+}
+
+// objectJSON is one object a plan deletes.
+type objectJSON struct {
+	Name    string `json:"name"`
+	Size    int64  `json:"size"`
+	Kind    string `json:"kind"`
+	Flow    string `json:"flow"`
+	Created string `json:"created,omitempty"`
+}
+
+func objectsOf(objs []sink.GCObject) ([]objectJSON, int64) {
+	out := make([]objectJSON, len(objs)) // [] when empty
+	var n int64
+	for i, o := range objs {
+		out[i] = objectJSON{Name: o.Name, Size: o.Size, Kind: o.Kind, Flow: o.Flow}
+		if !o.Created.IsZero() {
+			out[i].Created = o.Created.UTC().Format(time.RFC3339)
+		}
+		n += o.Size
+	}
+	return out, n
 }
 
 // truncate runs a parsed `consumer truncate`: backup plans it and checks
@@ -73,8 +125,14 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	name := ref.String()
 	cfg.metrics.objects.WithLabelValues(name)
 	cfg.metrics.bytes.WithLabelValues(name)
-	plan, err := backup.PlanTruncate(ctx, cfg.conn.source(st, b), ref, cfg.Until.ts, cfg.Parallel)
-	if err != nil {
+	progress := newProgressLine(os.Stderr)
+	watched := watchBucket(b, func(_, read int64) { progress.show("planning the truncate of flow %s: %d objects read", name, read) })
+	plan, err := backup.PlanTruncate(ctx, cfg.conn.source(st, watched), ref, cfg.Until.ts, cfg.Parallel)
+	progress.done()
+	switch {
+	case err != nil && cli.Interrupted(ctx):
+		return cli.Interruptedf("truncate of flow %s (id %d) stopped while planning: nothing was changed", name, ref.ID)
+	case err != nil:
 		return explainTruncate(err, &cfg.Until)
 	}
 	snap := plan.Snapshot
@@ -83,41 +141,64 @@ func truncate(ctx context.Context, cfg *truncateConfig, st *meta.Store, b sink.B
 	if cfg.DryRun {
 		verb = "would"
 	}
-	fmt.Printf("truncate flow %s (id %d) before snapshot %d (%s): %s remove %d of %d metas and %d older snapshots, then delete %s\n",
+	doc := truncateJSON{Flow: flowOf(ref), DryRun: cfg.DryRun, Snapshot: tsOf(snap.TS), MetasListed: plan.Listed, MetasRemoved: len(plan.Metas),
+		MetasKept: plan.Kept, KeptBelow: map[string]int{}, SnapshotsRemoved: len(plan.Snapshots), Tables: nonNil(plan.Tables()), Warnings: nonNil(warnings)}
+	maps.Copy(doc.KeptBelow, plan.KeptOld)
+	doc.Objects, doc.ObjectBytes = objectsOf(objs)
+	cfg.out.printf("truncate flow %s (id %d) before snapshot %d (%s): %s remove %d of %d metas and %d older snapshots, then delete %s\n",
 		name, ref.ID, snap.TS, tsTime(snap.TS), verb, len(plan.Metas), plan.Listed, len(plan.Snapshots), objectsSummary(objs, plan.Tables()))
-	printKept(plan)
+	for reason, n := range plan.KeptOld {
+		cfg.out.printf("keeping %d metas at or below the snapshot: %s\n", n, reason)
+	}
 	for _, w := range warnings {
-		fmt.Printf("warning: %s\n", w)
+		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
 	}
 	if cfg.DryRun {
 		for _, o := range objs {
-			fmt.Printf("would delete %s (%d bytes)\n", o.Name, o.Size)
+			cfg.out.printf("would delete %s (%d bytes)\n", o.Name, o.Size)
 		}
-		return nil
+		doc.Seconds = time.Since(start).Seconds()
+		return cfg.out.result(doc)
 	}
-
+	if cli.Interrupted(ctx) {
+		return cli.Interruptedf("truncate of flow %s (id %d) stopped before its commit: nothing was changed", name, ref.ID)
+	}
 	done, err := plan.Commit(ctx, st)
-	if err != nil {
+	switch {
+	case err != nil && cli.Interrupted(ctx):
+		return cli.Interruptedf("truncate of flow %s (id %d) stopped at its commit: nothing was changed unless 'consumer flows' shows truncated_before %d; "+
+			"run the truncate again, or gc for its objects", name, ref.ID, snap.TS)
+	case err != nil:
 		return explainTruncate(err, &cfg.Until)
 	}
 	if done.Removed.HistoryErr != nil {
-		fmt.Fprintf(os.Stderr, "pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
+		fmt.Fprintf(os.Stderr, "warning: pruning the coverage history below the truncation point stopped short (the next truncate prunes the rest): %v\n", done.Removed.HistoryErr)
 	}
 	if err := writeCatalogs(ctx, &cfg.conn, st, b); err != nil {
 		return fmt.Errorf("truncate is recorded in Redis, nothing deleted (gc deletes the objects once the catalogs are written): %w", err)
 	}
-	fmt.Printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
+	cfg.out.printf("recorded truncated_before = %d; removed %d metas and %d snapshots from Redis; deleting %s\n",
 		snap.TS, len(done.Removed.Metas), len(done.Removed.Snapshots), objectsSummary(done.Objects, plan.Tables()))
+	var deleted atomic.Int64
 	n, bytes, derr := sink.DeleteObjects(ctx, b, done.Objects, cfg.Parallel, func(o sink.GCObject) {
 		cfg.metrics.objects.WithLabelValues(name).Inc()
 		cfg.metrics.bytes.WithLabelValues(name).Add(float64(o.Size))
+		progress.show("deleted %d of %d truncated objects of flow %s", deleted.Add(1), len(done.Objects), name)
 	})
-	fmt.Printf("truncated flow %s (id %d) before %d: deleted %d objects (%s) in %s; %d metas stay listed\n",
+	progress.done()
+	doc.Objects, doc.ObjectBytes = objectsOf(done.Objects)
+	doc.MetasRemoved, doc.SnapshotsRemoved = len(done.Removed.Metas), len(done.Removed.Snapshots)
+	doc.Deleted, doc.DeletedBytes, doc.Seconds = n, bytes, time.Since(start).Seconds()
+	if derr != nil && cli.Interrupted(ctx) {
+		return cli.Interruptedf("truncate of flow %s (id %d) is committed (truncated_before %d) but stopped deleting after %d of %d objects (%s): "+
+			"the rest are unreferenced now and gc deletes them", name, ref.ID, snap.TS, n, len(done.Objects), humanBytes(bytes))
+	}
+	cfg.out.printf("truncated flow %s (id %d) before %d: deleted %d objects (%s) in %s; %d metas stay listed\n",
 		name, ref.ID, snap.TS, n, humanBytes(bytes), time.Since(start).Round(time.Millisecond), plan.Kept)
 	if derr != nil {
 		return fmt.Errorf("deleting the truncated objects (the rest are unreferenced now; run gc): %w", derr)
 	}
-	return nil
+	return cfg.out.result(doc)
 }
 
 // explainTruncate words a truncate's refusals; until is --until.
@@ -139,12 +220,6 @@ func explainTruncate(err error, until *tsFlag) error {
 			tp.Flow, tp.Flow.ID, tp.TruncatedBefore, tsTime(tp.TruncatedBefore), tp.Snapshot)
 	}
 	return err
-}
-
-func printKept(p *backup.TruncatePlan) {
-	for reason, n := range p.KeptOld {
-		fmt.Printf("keeping %d metas at or below the snapshot: %s\n", n, reason)
-	}
 }
 
 // objectsSummary renders "N objects (B) of tables t1,t2".

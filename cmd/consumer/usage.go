@@ -1,158 +1,119 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/flowlog/flowlog/internal/cli"
 )
 
-// flagSection is one titled group of flags in a command's help; a flag
-// belongs to the first section whose names or prefixes match it.
-type flagSection struct {
-	title    string
-	names    []string
-	prefixes []string
+// helpText is each command's help: its usage line, a one-line summary for
+// `consumer help` and, if the summary does not say enough, more.
+type helpText struct {
+	usage, summary, more string
 }
 
-func (s flagSection) has(name string) bool {
-	for _, n := range s.names {
-		if n == name {
-			return true
+// commandHelp is the help of every command, in the order `consumer help`
+// lists them.
+var commandHelp = []struct {
+	name string
+	helpText
+}{
+	{"run", helpText{"run [flags]", "consume the apply and DDL topics and back flows up to GCS (default)", ""}},
+	{"dev", helpText{"dev [flags]", "run everything embedded (Kafka, GCS, Redis if none) with a demo flow and load", devHelpMore}},
+	{"restore", helpText{"restore --flow F [--ts T] --out DIR [flags]", "write a flow's tables as of a timestamp",
+		"Each table goes to DIR/<table_id>.jsonl. An interrupt removes the sort files and\n" +
+			"what this run wrote: --out is left as it was before the run.\n"}},
+	{"verify", helpText{"verify --flow F [flags]", "check every object and checksum of a flow's backup; exit 1 on a fault", ""}},
+	{"snapshot", helpText{"snapshot --flow F [--ts T] [flags]", "save a flow's tables as of a timestamp so restores start there", ""}},
+	{"flows", helpText{"flows [flags]", "list flows with their state, checkpoint and coverage", ""}},
+	{"status", helpText{"status [flags]", "show partitions, leases, lag, flows and the running consumer's last cycle", ""}},
+	{"truncate", helpText{"truncate --flow F --until TS [--dry-run] [flags]", "drop a flow's log before a snapshot", ""}},
+	{"gc", helpText{"gc [--grace 1h] [--dry-run] [flags]", "delete objects nothing references", ""}},
+	{"recover", helpText{"recover [--dry-run] [flags]", "rebuild Redis from the bucket after Redis lost its state", ""}},
+	{"version", helpText{"version [--json]", "print the build: module version, VCS revision, Go version", ""}},
+}
+
+// devHelpMore is the rest of dev's help (here, not in dev.go: a nodev
+// build still describes the command it leaves out).
+const devHelpMore = `Run flowlog end to end on this machine: an embedded Kafka broker and GCS
+emulator (data under --data-dir), Redis at --redis-url if it answers, else
+a private redis-server (or an in-memory emulator), a demo flow and a demo
+load; then print what landed where and the commands to look at it.
+--brokers and --gcs-endpoint, if given, are where the embedded Kafka and
+GCS listen (127.0.0.1:PORT), so a sourced .flowlog-dev/env keeps working
+across runs. The other flags are those of run, with dev's defaults.
+`
+
+// envNote ends every command's help.
+const envNote = `Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size:
+FLOWLOG_FLUSH_SIZE); the command line wins. Sizes take B/KiB/MiB/GiB/TiB,
+decimals allowed (1.5GiB). Exit codes: 0 done, 1 failed, 2 bad command line
+or configuration, 130 interrupted.
+`
+
+// usage is `consumer help`: the commands.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: consumer [command] [flags]\n\ncommands:\n")
+	for _, c := range commandHelp {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\n" + envNote + "Run \"consumer <command> -h\" for a command's flags; \"consumer --version\" for the build.\n")
+	return b.String()
+}
+
+// help returns command name's help text.
+func help(name string) helpText {
+	for _, c := range commandHelp {
+		if c.name == name {
+			return c.helpText
 		}
 	}
-	for _, p := range s.prefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
+	panic("no help text for command " + name)
+}
+
+// Help sections shared by the commands: a command lists only those it has
+// flags of, and its own flags come first under its name.
+var (
+	kafkaSection = cli.Section{Title: "Kafka", Names: []string{"brokers", "group", "apply-topic", "ddl-topic", "dlq-topic", "session-timeout"},
+		Prefixes: []string{"kafka-"}}
+	redisSection = cli.Section{Title: "Redis", Prefixes: []string{"redis-"}}
+	gcsSection   = cli.Section{Title: "GCS", Prefixes: []string{"gcs-"}}
+	// groupSection is where an operator command lists the flags that say
+	// whose backup it reads: group, clock bound, the running consumer.
+	groupSection  = cli.Section{Title: "Consumer group and clock", Names: []string{"group", "max-clock-skew", "http-addr"}}
+	outputSection = cli.Section{Title: "Output and metrics", Names: []string{"json"}, Prefixes: []string{"metrics-"}}
+)
+
+// opSections are the help sections of the operator commands.
+var opSections = []cli.Section{
+	{Title: kafkaSection.Title, Names: []string{"brokers", "apply-topic"}, Prefixes: kafkaSection.Prefixes},
+	redisSection, gcsSection, groupSection, outputSection,
 }
 
 // runSections are the help sections of `consumer run`.
-var runSections = []flagSection{
-	{title: "Kafka", names: []string{"brokers", "group", "apply-topic", "ddl-topic", "dlq-topic", "session-timeout"}, prefixes: []string{"kafka-"}},
-	{title: "Redis", prefixes: []string{"redis-"}},
-	{title: "GCS", prefixes: []string{"gcs-"}},
-	{title: "Pipeline", names: []string{"temp-dir", "region-ttl", "start-offset", "store-id", "compression",
+var runSections = []cli.Section{
+	kafkaSection, redisSection, gcsSection,
+	{Title: "Pipeline", Names: []string{"temp-dir", "region-ttl", "start-offset", "store-id", "compression",
 		"upload-parallelism", "fatal-after", "retry-backoff", "shutdown-timeout", "layout"},
-		prefixes: []string{"flush-", "max-"}},
-	{title: "HTTP and logs", names: []string{"http-addr", "log-format", "redact-logs", "stall-timeout"}, prefixes: []string{"admin-"}},
+		Prefixes: []string{"flush-", "max-"}},
+	{Title: "HTTP and logs", Names: []string{"http-addr", "log-format", "redact-logs", "stall-timeout"}, Prefixes: []string{"admin-"}},
 }
 
-const runHelpIntro = `usage: consumer run [flags]
-
-Consume the apply and DDL topics and back the flows' tables up to GCS.
-Every flag also reads FLOWLOG_<NAME> from the environment (--flush-size:
-FLOWLOG_FLUSH_SIZE); the command line wins. Sizes take B/KiB/MiB/GiB/TiB,
-decimals allowed (1.5GiB).
-`
-
-// setupRunFlags installs the grouped help of `consumer run` on fs and makes
-// a bad flag value (command line or environment) a reported problem instead
-// of the end of parsing, so that an operator sees every problem at once,
-// one line each. It must be called after every flag is registered; the
-// returned func gives the bad values seen by the parse (nil if none).
-func setupRunFlags(fs *flag.FlagSet) (badValues func() error) {
-	fs.Usage = func() { writeGroupedHelp(fs.Output(), fs, runHelpIntro, runSections) }
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		lv := lenientValue{Value: f.Value, name: f.Name, errs: &errs}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			f.Value = lenientBool{lv}
-		} else {
-			f.Value = lv
-		}
-	})
-	return func() error { return errors.Join(errs...) }
+// intro is the start of command name's help.
+func intro(name string) string {
+	h := help(name)
+	s := "usage: consumer " + h.usage + "\n\n" + strings.ToUpper(h.summary[:1]) + h.summary[1:] + ".\n"
+	if h.more != "" {
+		s += h.more
+	}
+	return s + envNote
 }
 
-// lenientValue records a failed Set as "--name: ..." and reports success,
-// leaving the flag at its previous value.
-type lenientValue struct {
-	flag.Value
-	name string
-	errs *[]error
-}
-
-func (v lenientValue) Set(s string) error {
-	if err := v.Value.Set(s); err != nil {
-		*v.errs = append(*v.errs, fmt.Errorf("--%s: invalid value %q: %w", v.name, s, err))
-	}
-	return nil
-}
-
-// lenientBool is a lenientValue of a boolean flag, which takes no argument.
-type lenientBool struct{ lenientValue }
-
-func (lenientBool) IsBoolFlag() bool { return true }
-
-// writeGroupedHelp writes intro and then fs's flags section by section, each
-// with its type, usage, default and environment variable. Flags of no
-// section are listed last under "Other".
-func writeGroupedHelp(w io.Writer, fs *flag.FlagSet, intro string, sections []flagSection) {
-	groups := make([][]*flag.Flag, len(sections)+1)
-	fs.VisitAll(func(f *flag.Flag) {
-		i := len(sections)
-		for j, s := range sections {
-			if s.has(f.Name) {
-				i = j
-				break
-			}
-		}
-		groups[i] = append(groups[i], f)
-	})
-	fmt.Fprint(w, intro)
-	for i, g := range groups {
-		if len(g) == 0 {
-			continue
-		}
-		title := "Other"
-		if i < len(sections) {
-			title = sections[i].title
-		}
-		fmt.Fprintf(w, "\n%s:\n", title)
-		for _, f := range g {
-			fmt.Fprintf(w, "  --%s%s\n", f.Name, typeName(f))
-			fmt.Fprintf(w, "        %s (%senv %s)\n", f.Usage, defaultText(f), cli.EnvName(f.Name))
-		}
-	}
-}
-
-// typeName is " <type>" of a flag that takes a value, "" for a boolean.
-func typeName(f *flag.Flag) string {
-	v := f.Value
-	if l, ok := v.(lenientBool); ok {
-		v = l.Value
-	} else if l, ok := v.(lenientValue); ok {
-		v = l.Value
-	}
-	if b, ok := v.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-		return ""
-	}
-	switch v.(type) {
-	case *cli.Size:
-		return " size"
-	}
-	name, _ := flag.UnquoteUsage(&flag.Flag{Name: f.Name, Usage: f.Usage, Value: v})
-	if name == "" || name == "value" {
-		return " value"
-	}
-	return " " + name
-}
-
-// defaultText is `default X, ` for a flag whose default is not the zero
-// value.
-func defaultText(f *flag.Flag) string {
-	switch f.DefValue {
-	case "", "0", "0s", "false":
-		return ""
-	}
-	if typeName(f) == " string" {
-		return fmt.Sprintf("default %q, ", f.DefValue)
-	}
-	return "default " + f.DefValue + ", "
+// newFlagSet is the flag set of `consumer <name>` with the shared help
+// style: its own flags first, then the operator sections it has flags of.
+func newFlagSet(name string) *flag.FlagSet {
+	return cli.NewFlagSet("consumer "+name, intro(name), strings.ToUpper(name[:1])+name[1:], opSections...)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/event"
-	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -33,21 +33,27 @@ func (c *verifyConfig) RegisterFlags(f *flag.FlagSet) {
 	addFlowFlags(f, &c.Flow, &c.FlowID)
 	f.BoolVar(&c.All, "all", false, "verify every flow, live and dropped, reading each object that several flows share once")
 	f.BoolVar(&c.FromBucket, "from-bucket", false, "read the backup from the bucket alone, without Redis: the flows' catalogs, the group's checkpoint object and the metas in the bucket")
-	f.BoolVar(&c.JSON, "json", false, "print the report as JSON (with --all, an array of them)")
+	f.BoolVar(&c.JSON, "json", false, `print the report as one JSON document on stdout instead of text (with --all, an array of them; docs/SCRIPTING.md, "JSON output")`)
 }
 
 func runVerify(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer verify", flag.ContinueOnError)
+	fs := newFlagSet("verify")
 	var cfg verifyConfig
 	cfg.RegisterFlags(fs)
-	if err := cfg.conn.parse(fs, args); err != nil {
+	if err := cfg.conn.parse(fs, args, func() error {
+		if cfg.All {
+			if cfg.Flow != "" || cfg.FlowID != 0 {
+				return errors.New("--all and --flow or --flow-id are exclusive")
+			}
+			return nil
+		}
+		_, err := flowLookup(cfg.Flow, cfg.FlowID)
+		return err
+	}); err != nil {
 		return err
 	}
-	if cfg.All && (cfg.Flow != "" || cfg.FlowID != 0) {
-		return cli.Usagef("--all and --flow or --flow-id are exclusive")
-	}
 	cfg.mem.apply()
-	b, err := cfg.conn.openBucket(ctx)
+	b, err := cfg.conn.openBucket(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -233,7 +239,7 @@ func printVerified(v *verifiedFlow, f sink.Flow, fromBucket bool) {
 	case r.CheckpointObject != "" && fromBucket:
 		fmt.Printf("  checkpoint: object %d (%s), read from the bucket alone\n", r.CheckpointTS, tsTime(r.CheckpointTS))
 	case r.CheckpointObject != "":
-		fmt.Printf("  checkpoint: redis %d (%s), object %d\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS)
+		fmt.Printf("  checkpoint: redis %d (%s), object %d (%s)\n", r.RedisCheckpoint, tsTime(r.RedisCheckpoint), r.CheckpointTS, tsTime(r.CheckpointTS))
 	}
 	if r.Unreferenced > 0 {
 		fmt.Printf("  unreferenced: %d objects (%.1f MiB) under %s that no committed meta references; not part of the backup, consumer gc removes them once older than its --grace\n",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,9 +19,8 @@ import (
 	"github.com/flowlog/flowlog/meta"
 )
 
-const flowUsage = `usage: producer flow create|replace|drop|resume --name F [--tables 1,2] [flags]
-
-Publishes one FlowDDL JSON record to the DDL topic (keyed by the flow name).
+// flowMore is the rest of `producer flow -h`.
+const flowMore = `Publishes one FlowDDL JSON record to the DDL topic (keyed by the flow name).
 create and replace need --tables; drop and resume need only --name.
 With --wait it then waits until a consumer applied or rejected it (reading
 ddl:offset in Redis at --redis-url, and the DLQ) and exits 1 on a rejection.
@@ -58,13 +56,9 @@ func runFlow(ctx context.Context, args []string) error {
 // publishFlow parses args, publishes the DDL and reports where it landed
 // on out; progress notes (a broker slow to answer) go to stderr.
 func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) error {
-	fs := flag.NewFlagSet("producer flow", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), flowUsage, "\nflags:\n")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("flow")
 	var kc kafkaconf.Config
-	kc.RegisterFlags(fs)
+	kc.RegisterFlagsFor(fs, kafkaconf.DDLTopic, kafkaconf.DLQTopic)
 	var (
 		name, catalog, sink, tables, comment, sql, routes string
 		ifNotExists                                       bool
@@ -115,23 +109,23 @@ func publishFlow(ctx context.Context, args []string, out, stderr io.Writer) erro
 	}
 	d, err := buildDDL(op, name, catalog, tables, sink, comment, sql, routes, ifNotExists, flowID)
 	if err != nil {
-		return err
+		return &cli.UsageError{Err: err}
 	}
 	if err := kc.Validate(); err != nil {
-		return err
+		return &cli.UsageError{Err: err}
 	}
 	if timeout < 0 {
-		return fmt.Errorf("--timeout %v: must not be negative", timeout)
+		return cli.Usagef("--timeout %v: must not be negative", timeout)
 	}
 	if wait {
 		if err := cli.CheckURL("--redis-url", rc.URL); err != nil {
-			return err
+			return &cli.UsageError{Err: err}
 		}
 		if err := rc.Validate(); err != nil {
-			return err
+			return &cli.UsageError{Err: err}
 		}
 		if waitTimeout <= 0 {
-			return fmt.Errorf("--wait-timeout %v: must be positive", waitTimeout)
+			return cli.Usagef("--wait-timeout %v: must be positive", waitTimeout)
 		}
 	}
 	value, err := json.Marshal(d)

@@ -64,11 +64,11 @@ func addTimeoutFlag(fs *flag.FlagSet, d *time.Duration) {
 
 // runLoad publishes the deterministic load of loadgen to the apply topic.
 func runLoad(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("producer load", flag.ContinueOnError)
+	fs := newFlagSet("load")
 	var lc loadgen.Config
 	lc.RegisterFlags(fs)
 	var kc kafkaconf.Config
-	kc.RegisterFlags(fs)
+	kc.RegisterFlagsFor(fs, kafkaconf.ApplyTopic)
 	rate := fs.Float64("rate", 0, "events per second (0: as fast as the broker takes them)")
 	var timeout time.Duration
 	addTimeoutFlag(fs, &timeout)
@@ -81,13 +81,13 @@ func runLoad(ctx context.Context, args []string) error {
 		return cli.Usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if err := errors.Join(lc.Validate(), kc.Validate()); err != nil {
-		return err
+		return &cli.UsageError{Err: err}
 	}
 	if *rate < 0 {
-		return fmt.Errorf("--rate %v: must not be negative", *rate)
+		return cli.Usagef("--rate %v: must not be negative", *rate)
 	}
 	if timeout < 0 {
-		return fmt.Errorf("--timeout %v: must not be negative", timeout)
+		return cli.Usagef("--timeout %v: must not be negative", timeout)
 	}
 	if lc.StartTime.IsZero() {
 		lc.StartTime = time.Now().UTC().Add(-lc.Span())
@@ -313,9 +313,9 @@ func isTerminal(f *os.File) bool {
 // runHeartbeat publishes one empty batch per region, advancing every
 // region's resolved ts to --ts, or to the TSO of --start-time (default now).
 func runHeartbeat(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("producer heartbeat", flag.ContinueOnError)
+	fs := newFlagSet("heartbeat")
 	var kc kafkaconf.Config
-	kc.RegisterFlags(fs)
+	kc.RegisterFlagsFor(fs, kafkaconf.ApplyTopic)
 	regions := fs.Int("regions", 4, "regions to send a heartbeat for (ids 1..N)")
 	ts := fs.Uint64("ts", 0, "resolved ts to advance to (0: from --start-time)")
 	var at time.Time
@@ -335,10 +335,10 @@ func runHeartbeat(ctx context.Context, args []string) error {
 		return cli.Usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if err := kc.Validate(); err != nil {
-		return err
+		return &cli.UsageError{Err: err}
 	}
 	if *regions < 1 {
-		return fmt.Errorf("--regions %d: must be at least 1", *regions)
+		return cli.Usagef("--regions %d: must be at least 1", *regions)
 	}
 	if *ts == 0 {
 		if at.IsZero() {

@@ -130,6 +130,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"heartbeat", "--regions", "x"}, nil, "(run 'producer heartbeat -h' for help)"},
 		{[]string{"heartbeat"}, []string{"FLOWLOG_TIMEOUT=soon"}, `producer heartbeat: invalid environment: FLOWLOG_TIMEOUT="soon": invalid value for --timeout`},
 		{[]string{"lod"}, nil, `producer: unknown command "lod" (run 'producer help' for the list)`},
+		{[]string{"flow", "craete", "--name", "f"}, nil,
+			`producer flow: unknown operation "craete": want create, replace, drop or resume (run 'producer flow -h' for help)`},
+		{[]string{"load", "--rate", "-1"}, nil, "producer load: --rate -1: must not be negative (run 'producer load -h' for help)"},
+		{[]string{"heartbeat", "--regions", "0"}, nil, "producer heartbeat: --regions 0: must be at least 1"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runProducer(t, 10*time.Second, tc.env, tc.args...)
@@ -139,7 +143,7 @@ func TestCommandLineErrors(t *testing.T) {
 		})
 	}
 	r := runProducer(t, 10*time.Second, nil, "help", "flow")
-	if r.code != 0 || !strings.Contains(r.stderr, "usage: producer flow") {
-		t.Errorf("help flow: exit %d, stderr:\n%s", r.code, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "usage: producer flow") || r.stderr != "" {
+		t.Errorf("help flow: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -35,12 +35,46 @@ type Config struct {
 	SASLAllowPlaintext bool
 }
 
-// RegisterFlags registers the Kafka flags on f.
+// Topic names one of the topics a command may use, for RegisterFlagsFor.
+type Topic int
+
+// The topics: apply events, flow DDL and the dead-letter queue.
+const (
+	ApplyTopic Topic = iota
+	DDLTopic
+	DLQTopic
+)
+
+// Default topic names.
+const (
+	DefaultApplyTopic = "flowlog.apply"
+	DefaultDDLTopic   = "flowlog.ddl"
+	DefaultDLQTopic   = "flowlog.dlq"
+)
+
+// RegisterFlags registers the Kafka connection flags and every topic flag
+// on f.
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	c.RegisterFlagsFor(f, ApplyTopic, DDLTopic, DLQTopic)
+}
+
+// RegisterFlagsFor registers the Kafka connection flags (brokers, TLS,
+// SASL) and the flags of the topics given on f, so that a command's help
+// lists only the topics it reads or writes. The other topics keep their
+// default names.
+func (c *Config) RegisterFlagsFor(f *flag.FlagSet, topics ...Topic) {
+	c.ApplyTopic, c.DDLTopic, c.DLQTopic = DefaultApplyTopic, DefaultDDLTopic, DefaultDLQTopic
 	f.StringVar(&c.Brokers, "brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
-	f.StringVar(&c.ApplyTopic, "apply-topic", "flowlog.apply", "topic of apply events (ApplyBatch)")
-	f.StringVar(&c.DDLTopic, "ddl-topic", "flowlog.ddl", "topic of flow DDL (FlowDDL JSON)")
-	f.StringVar(&c.DLQTopic, "dlq-topic", "flowlog.dlq", "dead-letter topic for records that cannot be applied")
+	for _, t := range topics {
+		switch t {
+		case ApplyTopic:
+			f.StringVar(&c.ApplyTopic, "apply-topic", DefaultApplyTopic, "topic of apply events (ApplyBatch)")
+		case DDLTopic:
+			f.StringVar(&c.DDLTopic, "ddl-topic", DefaultDDLTopic, "topic of flow DDL (FlowDDL JSON)")
+		case DLQTopic:
+			f.StringVar(&c.DLQTopic, "dlq-topic", DefaultDLQTopic, "dead-letter topic for records that cannot be applied")
+		}
+	}
 	f.BoolVar(&c.TLS, "kafka-tls", false, "connect to Kafka over TLS")
 	f.StringVar(&c.TLSCAFile, "kafka-tls-ca", "", "PEM file of CAs to trust for Kafka (default: system roots)")
 	f.StringVar(&c.TLSCertFile, "kafka-tls-cert", "", "PEM client certificate for Kafka mTLS")

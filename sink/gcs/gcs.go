@@ -213,6 +213,9 @@ func isStatus(err error, code int) bool {
 }
 
 func (b *Bucket) wrap(op, name string, err error) error {
+	if errors.Is(err, storage.ErrBucketNotExist) {
+		return fmt.Errorf("%s gs://%s/%s: %w", op, b.name, name, sink.ErrBucketNotExist)
+	}
 	if errors.Is(err, storage.ErrObjectNotExist) || isStatus(err, http.StatusNotFound) {
 		return fmt.Errorf("%s gs://%s/%s: %w", op, b.name, name, sink.ErrNotExist)
 	}
@@ -277,6 +280,9 @@ func (b *Bucket) List(ctx context.Context, prefix string, fn func(sink.ObjectInf
 		a, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			return nil
+		}
+		if errors.Is(err, storage.ErrBucketNotExist) {
+			return fmt.Errorf("list gs://%s/%s: %w: %w", b.name, prefix, sink.ErrBucketNotExist, err)
 		}
 		if err != nil {
 			return fmt.Errorf("list gs://%s/%s: %w", b.name, prefix, err)
