@@ -132,9 +132,12 @@ func TestTruncateDryRunIsTheRun(t *testing.T) {
 	h.PutObject(oldMeta, raw)
 
 	until := fmt.Sprint(s)
-	out, err := runIn(t, h.Conn, "truncate", "--flow", "f", "--until", until, "--dry-run")
+	// Warnings go to stderr, the plan to stdout.
+	stderr, out, err := captureStderr(t, func() error {
+		return commands["truncate"].run(context.Background(), append(append([]string{}, h.Conn...), "--flow", "f", "--until", until, "--dry-run"))
+	})
 	if err != nil {
-		t.Fatalf("truncate --dry-run: %v\n%s", err, out)
+		t.Fatalf("truncate --dry-run: %v\n%s%s", err, stderr, out)
 	}
 	would := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
@@ -143,8 +146,8 @@ func TestTruncateDryRunIsTheRun(t *testing.T) {
 			would[name] = true
 		}
 	}
-	if !strings.Contains(out, "warning: snapshot "+oldMeta) || len(would) == 0 {
-		t.Errorf("dry run names no warning about %s or nothing to delete:\n%s", oldMeta, out)
+	if !strings.Contains(stderr, "warning: snapshot "+oldMeta) || len(would) == 0 {
+		t.Errorf("dry run names no warning about %s or nothing to delete:\n%s%s", oldMeta, stderr, out)
 	}
 	names := func() map[string]bool {
 		got := map[string]bool{}
