@@ -25,6 +25,7 @@ type recoverConfig struct {
 }
 
 func (c *recoverConfig) RegisterFlags(f *flag.FlagSet) {
+	c.conn.uses = useKafka // the group's committed offsets
 	c.conn.RegisterFlags(f)
 	f.BoolVar(&c.DryRun, "dry-run", false, "print the plan, write nothing")
 	f.BoolVar(&c.Replace, "replace-existing", false, "delete every key under --redis-prefix before writing (recover refuses a prefix that holds keys without it)")
@@ -37,7 +38,7 @@ func (c *recoverConfig) RegisterFlags(f *flag.FlagSet) {
 // Redis"): it prints the plan, and unless --dry-run writes it in one
 // MULTI whose last key is the owner.
 func runRecover(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("consumer recover", flag.ContinueOnError)
+	fs := newFlagSet("recover")
 	var cfg recoverConfig
 	cfg.RegisterFlags(fs)
 	st, closeStore, err := cfg.conn.parseOpen(fs, args)

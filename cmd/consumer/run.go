@@ -181,6 +181,10 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	// Every cycle lists, creates and deletes objects under the prefix: a
 	// bucket that refuses one of them is reported now, in one line, not as
 	// the failure of the first upload.
+	// A prefix of another group is refused first, from Redis alone.
+	if err := checkPrefixOwner(ctx, store, cfg.conn); err != nil {
+		return err
+	}
 	warn := func(err error) { log.Warn("gcs write probe failed", "err", err) }
 	if err := checkBucket(ctx, gb, cfg.conn.GCS, true, warn); err != nil {
 		return err
@@ -319,12 +323,32 @@ func claimPrefix(ctx context.Context, store *meta.Store, bucket sink.Bucket, c c
 	var oe *meta.OwnerError
 	switch {
 	case errors.As(err, &oe):
-		return fmt.Errorf("--redis-prefix %q belongs to consumer group %q, not --group %q: use --group %s or another --redis-prefix",
-			prefix, oe.Owner, oe.Group, oe.Owner)
+		return ownerRefusal(prefix, oe.Owner, oe.Group)
 	case err != nil:
 		return fmt.Errorf("redis: %w", err)
 	}
 	return nil
+}
+
+// checkPrefixOwner refuses a Redis prefix that another consumer group
+// owns, before the bucket or Kafka is used (claimPrefix checks it again
+// as it claims).
+func checkPrefixOwner(ctx context.Context, store *meta.Store, c connConfig) error {
+	owner, owned, err := store.OwnerOf(ctx)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if owned && owner != c.Group {
+		return ownerRefusal(c.Redis.Prefix, owner, c.Group)
+	}
+	return nil
+}
+
+// ownerRefusal is the error of a run whose --redis-prefix owner, another
+// consumer group, is not its --group.
+func ownerRefusal(prefix, owner, group string) error {
+	return fmt.Errorf("--redis-prefix %q belongs to consumer group %q, not --group %q: use --group %s or another --redis-prefix",
+		prefix, owner, group, owner)
 }
 
 // errRedisLost starts the refusal of a run whose Redis lost the backup's
