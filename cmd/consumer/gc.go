@@ -62,6 +62,9 @@ func runGC(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := refuseLostState(ctx, st, b, cfg.conn); err != nil {
+		return err
+	}
 	cfg.metrics.register("gc")
 	start := time.Now()
 	err = gc(ctx, &cfg, st, b)

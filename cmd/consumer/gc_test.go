@@ -196,3 +196,22 @@ func TestGCSnapshots(t *testing.T) {
 	h.Flow = backup.Lookup{ID: 1}
 	h.CheckRestores(t, old)
 }
+
+// TestGCRefusesLostRedis: against a Redis that lost every key under the
+// prefix, every object of the backup would look unreferenced. gc refuses,
+// names consumer recover, and deletes nothing.
+func TestGCRefusesLostRedis(t *testing.T) {
+	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
+	h := backuptest.NewHistory(t, rd, g, "gclost", 5, 4, 5)
+	before := h.ObjectNames(t)
+	if err := rd.Client(t).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := runIn(t, h.Conn, "gc", "--grace", "0s")
+	if err == nil || !strings.Contains(err.Error(), "consumer recover") {
+		t.Fatalf("gc over a flushed Redis: %v; want a refusal naming consumer recover", err)
+	}
+	if after := h.ObjectNames(t); !slices.Equal(after, before) {
+		t.Fatalf("gc deleted objects after refusing: %d objects before, %d after", len(before), len(after))
+	}
+}

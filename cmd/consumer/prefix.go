@@ -70,3 +70,27 @@ func ownerRefusal(prefix, owner, group string) error {
 // errRedisLost starts the refusal of a run whose Redis lost the backup's
 // state.
 var errRedisLost = errors.New("refusing to start")
+
+// refuseLostState refuses an operator command that deletes by what Redis
+// references (gc) when Redis holds no key at all under the prefix while
+// the bucket holds a backup: Redis lost its state, and every object would
+// look unreferenced. `consumer recover` rebuilds it first.
+func refuseLostState(ctx context.Context, st *meta.Store, bucket sink.Bucket, c connConfig) error {
+	n, _, err := st.PrefixKeys(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	name, err := rebuild.FindBackup(ctx, bucket, c.GCS.Prefix)
+	if err != nil {
+		return fmt.Errorf("gcs: looking for an existing backup: %w", err)
+	}
+	if name == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: Redis holds no key under --redis-prefix %q, but the bucket holds a backup under --gcs-prefix %q (%s), "+
+		"which would all look unreferenced: run `consumer recover` to rebuild Redis from the bucket first (docs/OPERATING.md, \"Losing Redis\")",
+		errRedisLost, c.Redis.Prefix, c.GCS.Prefix, name)
+}
