@@ -114,7 +114,7 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 		_ = p.Stop() // exits non-zero: it stopped for the lost state
 	}
 
-	res := oracleRun(t, "recover", c.oracleConn())
+	res := oracleRun(t, "recover", append(c.oracleConn(), "--brokers", c.Broker.Addr))
 	if res.code != 0 {
 		t.Fatalf("consumer recover exited %d:\n%s", res.code, res.out)
 	}
@@ -220,7 +220,7 @@ func TestMigrateV1ToV2(t *testing.T) {
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := oracleRun(t, "recover", c.oracleConn())
+	res := oracleRun(t, "recover", append(c.oracleConn(), "--brokers", c.Broker.Addr))
 	if res.code != 0 {
 		t.Fatalf("consumer recover exited %d:\n%s", res.code, res.out)
 	}
