@@ -81,9 +81,14 @@ func TestPeakRSSHelper(t *testing.T) {
 		ballast[i] = 1
 	}
 	defer func() { _ = ballast[len(ballast)-1] }()
+	// Linux carries a process's peak from before its exec into the child's
+	// maxrss: the floor is the helper's own pages when it starts the child,
+	// about 10 MiB, about 70 MiB in a race-detector build. Either is far
+	// below the 300 MiB this test binary holds, which the helper must not
+	// measure.
 	_, small, err := runPeakRSS(t, time.Minute, "/bin/true")
-	if err != nil || small > 50<<20 {
-		t.Errorf("/bin/true: peak %d MiB, %v; want a few MiB though the test holds 300 MiB", small>>20, err)
+	if err != nil || small > 150<<20 {
+		t.Errorf("/bin/true: peak %d MiB, %v; want the helper's floor, far below the 300 MiB the test holds", small>>20, err)
 	}
 	_, big, err := runPeakRSS(t, time.Minute, "/bin/sh", "-c", `x=$(head -c 80000000 /dev/zero | tr '\0' a); echo ${#x}`)
 	t.Logf("/bin/true peaked at %.1f MiB, the shell at %.1f MiB", float64(small)/(1<<20), float64(big)/(1<<20))
