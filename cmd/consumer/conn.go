@@ -16,6 +16,7 @@ import (
 	"cloud.google.com/go/storage"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/internal/cli"
 	"github.com/flowlog/flowlog/internal/kafkaconf"
 	"github.com/flowlog/flowlog/meta"
@@ -155,6 +156,16 @@ func (c *connConfig) parse(fs *flag.FlagSet, args []string, check ...func() erro
 // that set it, if one did.
 func invalidConfig(src cli.Sources, err error) error {
 	return &cli.UsageError{Err: fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))}
+}
+
+// backupStore is what a reading command takes its flows, windows and
+// metas from: the bucket alone with fromBucket (no Redis connection at
+// all, parallel metas read at once), else Redis.
+func (c *connConfig) backupStore(b sink.Bucket, fromBucket bool, parallel int) (backup.Store, func(), error) {
+	if fromBucket {
+		return &backup.BucketStore{Bucket: b, Prefix: c.GCS.Prefix, Group: c.Group, Parallel: parallel}, func() {}, nil
+	}
+	return c.openStore()
 }
 
 // openStore connects to Redis. The store has no metrics registry: operator

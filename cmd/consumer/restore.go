@@ -94,15 +94,11 @@ func runRestore(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	var st backup.Store = &backup.BucketStore{Bucket: b, Prefix: cfg.conn.GCS.Prefix, Group: cfg.conn.Group, Parallel: cfg.Parallel}
-	if !cfg.FromBucket {
-		ms, closeStore, err := cfg.conn.openStore()
-		if err != nil {
-			return err
-		}
-		defer closeStore()
-		st = ms
+	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.Parallel)
+	if err != nil {
+		return err
 	}
+	defer closeStore()
 	return restore(ctx, &cfg, st, b)
 }
 

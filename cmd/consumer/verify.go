@@ -58,17 +58,11 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	var st backup.Store
-	if cfg.FromBucket {
-		st = &backup.BucketStore{Bucket: b, Prefix: cfg.conn.GCS.Prefix, Group: cfg.conn.Group, Parallel: cfg.mem.streams(8)}
-	} else {
-		ms, closeStore, err := cfg.conn.openStore()
-		if err != nil {
-			return err
-		}
-		defer closeStore()
-		st = ms
+	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.mem.streams(8))
+	if err != nil {
+		return err
 	}
+	defer closeStore()
 	return verify(ctx, &cfg, st, b)
 }
 
