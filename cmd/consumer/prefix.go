@@ -76,6 +76,14 @@ var errRedisLost = errors.New("refusing to start")
 // the bucket holds a backup: Redis lost its state, and every object would
 // look unreferenced. `consumer recover` rebuilds it first.
 func refuseLostState(ctx context.Context, st *meta.Store, bucket sink.Bucket, c connConfig) error {
+	// The owner key is there whenever a consumer ran under the prefix: one
+	// GET, and no SCAN of a shared Redis.
+	if _, owned, err := st.OwnerOf(ctx); err != nil || owned {
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		return nil
+	}
 	n, _, err := st.PrefixKeys(ctx, 1)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
