@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -111,6 +112,17 @@ func TestOwnerGuard(t *testing.T) {
 		},
 		"claim ddl reject": func(s *meta.Store, _ meta.Lease) error {
 			_, err := s.ClaimDDLReject(ctx, meta.RejectedDDL{Topic: ddlTopic, Partition: 0, Offset: 4, Owner: "x", Reason: "r"})
+			return err
+		},
+		// The checkpoint advance runs after a commit that may have been the
+		// last before the flush: its turn and its global checkpoint must
+		// not recreate keys either.
+		"take advance turn": func(s *meta.Store, _ meta.Lease) error {
+			_, err := s.TakeAdvanceTurn(ctx, "m", time.Minute)
+			return err
+		},
+		"advance checkpoints": func(s *meta.Store, _ meta.Lease) error {
+			_, _, err := s.AdvanceCheckpoints(ctx, nil, 100, 200)
 			return err
 		},
 	}

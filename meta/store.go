@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -61,9 +62,26 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 // outcome is confirmed with an empty MULTI/EXEC (a PING): if a watched key
 // changed, EXEC fails and the attempt is retried from its reads; otherwise
 // every read was current at that EXEC and the outcome stands.
+//
+// A store that claimed its prefix (ClaimOwner) guards every transaction:
+// the owner key is WATCHed and checked before fn runs, so no write of a
+// replica recreates keys in a Redis that was flushed or taken over
+// (docs/OPERATING.md, "Losing Redis"). A caller whose keys hold the owner
+// key already checks it itself, with reads it batches (the commit).
 func (s *Store) txn(ctx context.Context, op string, keys []string, fn TxnFunc) error {
+	guard := s.owner.Load() != nil && !slices.Contains(keys, s.keys.Owner())
+	if guard {
+		keys = append(slices.Clip(keys), s.keys.Owner())
+	}
 	return s.tx.run(ctx, op, keys, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-		writes, err := fn(ctx, tx)
+		var writes func(redis.Pipeliner) error
+		var err error
+		if guard {
+			err = s.checkOwner(ctx, tx)
+		}
+		if err == nil {
+			writes, err = fn(ctx, tx)
+		}
 		if err == nil && writes != nil {
 			return writes, nil
 		}
