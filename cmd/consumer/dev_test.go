@@ -105,11 +105,22 @@ func TestDevKeepRunning(t *testing.T) {
 		if vars["FLOWLOG_REDIS_URL"] != redisURL {
 			t.Errorf("private redis at %s, want it on --redis-url's port %s", vars["FLOWLOG_REDIS_URL"], redisURL)
 		}
-		for _, want := range []string{"source " + filepath.Join(data, "env"), " status\n", " restore --flow demo --out ", " verify --flow demo\n",
-			" load --events ", "kcat -b " + vars["FLOWLOG_BROKERS"] + " -L"} {
-			if !strings.Contains(stdout.String(), want) {
-				t.Errorf("next steps lack %q:\n%s", want, stdout.String())
+		// The summary is written line by line after "still running": its
+		// next steps may not all be there yet, which is "not yet".
+		wants := []string{"source " + filepath.Join(data, "env"), " status\n", " restore --flow demo --out ", " verify --flow demo\n",
+			" load --events ", "kcat -b " + vars["FLOWLOG_BROKERS"] + " -L"}
+		missing := func() []string {
+			var out []string
+			for _, want := range wants {
+				if !strings.Contains(stdout.String(), want) {
+					out = append(out, want)
+				}
 			}
+			return out
+		}
+		waitFor(30*time.Second, func() bool { return len(missing()) == 0 || ended() })
+		for _, want := range missing() {
+			t.Errorf("next steps lack %q:\n%s", want, stdout.String())
 		}
 
 		// The printed commands work with the env file alone. verify reads
