@@ -31,15 +31,13 @@ func (s *Store) TakeAdvanceTurn(ctx context.Context, member string, ttl time.Dur
 	key := s.keys.AdvanceTurn()
 	var took *redis.BoolCmd
 	var holder *redis.StringCmd
-	// Only the owner key is watched (by txn, once the store claimed its
-	// prefix): watching the turn too would make the replicas' takes retry
-	// on one another, and SET NX decides between them already.
-	err := s.txn(ctx, "take_advance_turn", nil, func(ctx context.Context, _ *redis.Tx) (func(redis.Pipeliner) error, error) {
-		return func(p redis.Pipeliner) error {
-			took = p.SetNX(ctx, key, member, ttl)
-			holder = p.Get(ctx, key)
-			return nil
-		}, nil
+	// Only the owner key is watched: watching the turn too would make the
+	// replicas' takes retry on one another, and SET NX decides between
+	// them already.
+	err := s.writeGuarded(ctx, "take_advance_turn", func(p redis.Pipeliner) error {
+		took = p.SetNX(ctx, key, member, ttl)
+		holder = p.Get(ctx, key)
+		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, fmt.Errorf("take the advance turn %s: %w", key, err)

@@ -3,6 +3,7 @@ package meta_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
@@ -34,6 +35,11 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	lease, err := s.AcquireLease(ctx, "apply", 0, "m1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The advance turn is a write-only transaction: on a cluster it must
+	// not WATCH nothing, claimed prefix or not.
+	if ok, err := s.TakeAdvanceTurn(ctx, "m1", time.Minute); err != nil || !ok {
+		t.Fatalf("TakeAdvanceTurn on cluster = %v, %v; want the free turn", ok, err)
 	}
 	err = s.Commit(ctx, meta.Commit{
 		Leases:     []meta.Lease{lease},

@@ -63,11 +63,8 @@ func (s *Store) ApplyDDL(ctx context.Context, d DDL, pos DDLPosition) (Applied, 
 	nameKey := k.FlowName(d.Flow.CatalogName, d.Flow.FlowName)
 	now := time.Now().UTC()
 	var res Applied
-	err := s.txn(ctx, "apply_ddl", s.guardKeys(offKey, nameKey), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+	err := s.txn(ctx, "apply_ddl", []string{offKey, nameKey}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 		res = Applied{Op: d.Op, Catalog: d.Flow.CatalogName, Name: d.Flow.FlowName}
-		if err := s.checkOwner(ctx, tx); err != nil {
-			return nil, err
-		}
 		off, ok, err := getOffset(ctx, tx, offKey)
 		if err != nil {
 			return nil, err
@@ -256,10 +253,7 @@ func (s *Store) watchInfo(ctx context.Context, tx *redis.Tx, id FlowID) (FlowInf
 // DDL with ClaimDDLReject instead, so that one instance sends it to the DLQ.
 func (s *Store) AdvanceDDLOffset(ctx context.Context, pos DDLPosition) error {
 	key := s.keys.DDLOffset(pos.Topic, pos.Partition)
-	err := s.txn(ctx, "advance_ddl_offset", s.guardKeys(key), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-		if err := s.checkOwner(ctx, tx); err != nil {
-			return nil, err
-		}
+	err := s.txn(ctx, "advance_ddl_offset", []string{key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 		off, ok, err := getOffset(ctx, tx, key)
 		if err != nil {
 			return nil, err

@@ -74,11 +74,8 @@ func (s *Store) ClaimDDLReject(ctx context.Context, r RejectedDDL) (bool, error)
 	offKey, rejKey := k.DDLOffset(r.Topic, r.Partition), k.DDLRejects(r.Topic, r.Partition)
 	next := r.Offset + 1
 	won := false
-	err := s.txn(ctx, "claim_ddl_reject", s.guardKeys(offKey), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+	err := s.txn(ctx, "claim_ddl_reject", []string{offKey}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 		won = false
-		if err := s.checkOwner(ctx, tx); err != nil {
-			return nil, err
-		}
 		off, ok, err := getOffset(ctx, tx, offKey)
 		if err != nil {
 			return nil, err

@@ -57,17 +57,7 @@ func (s *Store) AcquireLease(ctx context.Context, topic string, partition int32,
 		p.HSet(ctx, key, "member", member)
 		return nil
 	}
-	var err error
-	if s.owner.Load() == nil {
-		_, err = s.rdb.TxPipelined(ctx, take)
-	} else {
-		err = s.txn(ctx, "acquire_lease", s.guardKeys(), func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
-			if err := s.checkOwner(ctx, tx); err != nil {
-				return nil, err
-			}
-			return take, nil
-		})
-	}
+	err := s.writeGuarded(ctx, "acquire_lease", take)
 	if err != nil {
 		return Lease{}, fmt.Errorf("acquire lease %s/%d: %w", topic, partition, err)
 	}

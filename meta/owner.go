@@ -102,7 +102,9 @@ func (s *Store) OwnerOf(ctx context.Context) (string, bool, error) {
 }
 
 // guardKeys returns keys plus the owner key when the store guards its
-// writes (after ClaimOwner), for the WATCH of a guarded transaction.
+// writes (after ClaimOwner): the WATCH of the commit, which reads the owner
+// key in its own batch of reads (every other transaction is guarded by
+// txn itself).
 func (s *Store) guardKeys(keys ...string) []string {
 	if s.owner.Load() == nil {
 		return keys
@@ -111,7 +113,7 @@ func (s *Store) guardKeys(keys ...string) []string {
 }
 
 // checkOwner is the guard of a write transaction: it reads the owner key
-// (WATCHed through guardKeys) and returns an *OwnerLostError unless it
+// (WATCHed by txn) and returns an *OwnerLostError unless it
 // names the group that claimed it. A store that never claimed passes.
 func (s *Store) checkOwner(ctx context.Context, tx redis.Cmdable) error {
 	if s.owner.Load() == nil {

@@ -99,6 +99,19 @@ func (s *Store) txn(ctx context.Context, op string, keys []string, fn TxnFunc) e
 	})
 }
 
+// writeGuarded runs writes, which read nothing first, as one MULTI/EXEC:
+// guarded by the owner key like every transaction once the store claimed
+// its prefix, else as it is (a WATCH of no key is refused by Redis Cluster).
+func (s *Store) writeGuarded(ctx context.Context, op string, writes func(redis.Pipeliner) error) error {
+	if s.owner.Load() == nil {
+		_, err := s.rdb.TxPipelined(ctx, writes)
+		return err
+	}
+	return s.txn(ctx, op, nil, func(context.Context, *redis.Tx) (func(redis.Pipeliner) error, error) {
+		return writes, nil
+	})
+}
+
 // encodeInfo is the canonical JSON of a FlowInfo: encoding/json with its
 // sorted map keys. Two infos are equal when these bytes are.
 func encodeInfo(info FlowInfo) (string, error) {
