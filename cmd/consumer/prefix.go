@@ -78,10 +78,11 @@ var errRedisLost = errors.New("refusing to start")
 func refuseLostState(ctx context.Context, st *meta.Store, bucket sink.Bucket, c connConfig) error {
 	// The owner key is there whenever a consumer ran under the prefix: one
 	// GET, and no SCAN of a shared Redis.
-	if _, owned, err := st.OwnerOf(ctx); err != nil || owned {
-		if err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
+	_, owned, err := st.OwnerOf(ctx)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if owned {
 		return nil
 	}
 	n, _, err := st.PrefixKeys(ctx, 1)

@@ -177,13 +177,13 @@ func serve(ctx context.Context, cfg runConfig, log *slog.Logger, onReady func(ht
 	}
 	bucket := sink.WithMetrics(gb, reg)
 	defer bucket.Close()
-	// Every cycle lists, creates and deletes objects under the prefix: a
-	// bucket that refuses one of them is reported now, in one line, not as
-	// the failure of the first upload.
 	// A prefix of another group is refused first, from Redis alone.
 	if err := checkPrefixOwner(ctx, store, cfg.conn); err != nil {
 		return err
 	}
+	// Every cycle lists, creates and deletes objects under the prefix: a
+	// bucket that refuses one of them is reported now, in one line, not as
+	// the failure of the first upload.
 	warn := func(err error) { log.Warn("gcs write probe failed", "err", err) }
 	if err := checkBucket(ctx, gb, cfg.conn.GCS, true, warn); err != nil {
 		return err
