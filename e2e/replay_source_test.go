@@ -47,7 +47,7 @@ type replayPhase struct {
 
 // replayBackup starts a cluster, creates flow name over tables, starts a
 // consumer and runs phases one after another: each DDL is published once
-// the load before it is acked, and each load starts a second past the
+// the load before it is backed up, and each load starts a second past the
 // TSO where the one before it ended, so every load's ts lie above every
 // earlier one's. Region ids 1..regions announce themselves first (a
 // partition counts only regions it heard from). extra, if not nil, runs
@@ -78,6 +78,11 @@ func replayBackup(t *testing.T, name string, tables []int64, regions int, phases
 		src.loads = append(src.loads, cfg)
 		end = expectLoad(cfg).maxResolved
 		start = event.PhysicalTime(end).Add(time.Second)
+		// The next DDL comes after the load is backed up: a consumer
+		// that is behind would route the load's last records with the
+		// next definition already (the DDL barrier holds back data
+		// published after a DDL, not before it).
+		waitFlowCheckpointTS(context.Background(), t, src.store, name, end, 90*time.Second)
 	}
 	if extra != nil {
 		end = extra(src)
