@@ -81,7 +81,10 @@ func replayBackup(t *testing.T, name string, tables []int64, regions int, phases
 		// The next DDL comes after the load is backed up: a consumer
 		// that is behind would route the load's last records with the
 		// next definition already (the DDL barrier holds back data
-		// published after a DDL, not before it).
+		// published after a DDL, not before it). Regions the load does
+		// not write are resolved to its end too.
+		runProducer(t, "heartbeat", "--brokers", c.Broker.Addr, "--regions", strconv.Itoa(regions),
+			"--ts", strconv.FormatUint(end, 10))
 		waitFlowCheckpointTS(context.Background(), t, src.store, name, end, 90*time.Second)
 	}
 	if extra != nil {
