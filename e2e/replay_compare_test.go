@@ -97,10 +97,10 @@ func diffTable(table string, want, got []byte) string {
 		}
 		wk, gk := lineKey(w), lineKey(g)
 		switch {
-		case g == nil || wk != "" && gk != "" && wk < gk:
+		case len(g) == 0 || wk != "" && gk != "" && wk < gk:
 			return fmt.Sprintf("table %s: %s (line %d) is missing from the replayed backup's restore: original %s",
 				table, rowName(wk), i+1, clip(w))
-		case w == nil || wk != "" && gk != "" && gk < wk:
+		case len(w) == 0 || wk != "" && gk != "" && gk < wk:
 			return fmt.Sprintf("table %s: %s (line %d) is only in the replayed backup's restore: %s",
 				table, rowName(gk), i+1, clip(g))
 		default:
@@ -327,4 +327,43 @@ func checkReplayedOnce(rs map[int32][]replayedRecord) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// TestDiffRestores checks the restore comparison without services: it
+// names the table and row of the first line that differs.
+func TestDiffRestores(t *testing.T) {
+	line := func(handle int64, v string, ts int) string {
+		return fmt.Sprintf(`{"key":"%x","value":"%s","commit_ts":%d}`+"\n", event.RowKey(3, handle), v, ts)
+	}
+	base := map[string]string{"3.jsonl": line(1, "YQ==", 5) + line(2, "Yg==", 6), "4.jsonl": ""}
+	for _, tc := range []struct {
+		name string
+		got  map[string]string
+		want string // a part of the description; "" for none
+	}{
+		{"same", base, ""},
+		{"value", map[string]string{"3.jsonl": line(1, "YQ==", 5) + line(2, "Yw==", 6), "4.jsonl": ""}, "table 3: row 2 (line 2) differs"},
+		{"missing row", map[string]string{"3.jsonl": line(2, "Yg==", 6), "4.jsonl": ""}, "table 3: row 1 (line 1) is missing"},
+		{"extra row", map[string]string{"3.jsonl": line(1, "YQ==", 5) + line(2, "Yg==", 6) + line(3, "Yg==", 7), "4.jsonl": ""}, "table 3: row 3 (line 3) is only in"},
+		{"files", map[string]string{"3.jsonl": base["3.jsonl"]}, "wrote [3.jsonl 4.jsonl], the replayed one's [3.jsonl]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write := func(files map[string]string) string {
+				dir := t.TempDir()
+				for name, s := range files {
+					if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return dir
+			}
+			d, err := diffRestores(write(base), write(tc.got))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (d == "") != (tc.want == "") || !strings.Contains(d, tc.want) {
+				t.Errorf("diffRestores = %q, want %q", d, tc.want)
+			}
+		})
+	}
 }
