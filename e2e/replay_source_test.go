@@ -158,8 +158,10 @@ func (s *replaySource) conn() []string {
 const (
 	churnRegions = 6
 	longRegion   = churnRegions + 1 // the region of the crafted long transactions
-	longHandle   = 1 << 20          // its handles: above any the loads write
+	quietRegion  = churnRegions + 2 // a region that writes early in the last load and then only resolves
+	longHandle   = 1 << 20          // the crafted rows' handles: above any the loads write
 	longTxns     = 24
+	quietTxns    = 6
 )
 
 // replayLongTxn is a crafted transaction whose long value was prewritten
@@ -178,7 +180,9 @@ type replayChurn struct {
 	seed int64
 	// lo and hi bound the TSO range of the last load.
 	lo, hi uint64
-	long   []replayLongTxn
+	// long are region longRegion's transactions, quiet region
+	// quietRegion's.
+	long, quiet []replayLongTxn
 }
 
 // replayChurnBackup backs up, seeded by seed, flow "rt": created on
@@ -187,9 +191,11 @@ type replayChurn struct {
 // a last load. Around the last load region longRegion prewrites long values
 // just as it begins and commits them in two groups, early in it and late
 // in it, so a ts A taken from the middle of the last load has values
-// prewritten before A that commits after A need. Values are long (in the
-// default CF) in the first and last load and short in the middle one, and
-// a quarter of the mutations are deletes.
+// prewritten before A that commits after A need; and region quietRegion
+// writes a few rows early in it and then only resolves, so it has no event
+// after such an A. Values are long (in the default CF) in the first and
+// last load and short in the middle one, and a quarter of the mutations
+// are deletes.
 func replayChurnBackup(t *testing.T, seed int64) *replayChurn {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
@@ -204,35 +210,43 @@ func replayChurnBackup(t *testing.T, seed int64) *replayChurn {
 		{ddl: []string{"flow", "replace", "--name", "rt", "--tables", "1,2,3,4"}},
 	}
 	last := load(2500+rng.IntN(1000), 260+rng.IntN(400), 3)
-	rc.replaySource = replayBackup(t, "rt", []int64{1, 2, 3, 5}, longRegion, phases, func(src *replaySource) uint64 {
+	rc.replaySource = replayBackup(t, "rt", []int64{1, 2, 3, 5}, quietRegion, phases, func(src *replaySource) uint64 {
 		// The last load, with the long transactions around it.
 		c := src.c
 		prev := src.loads[len(src.loads)-1]
 		last.StartTime = event.PhysicalTime(expectLoad(prev).maxResolved).Add(time.Second)
 		rc.lo = event.ComposeTS(last.StartTime.UnixMilli(), 0)
 		rc.hi = expectLoad(last).maxResolved
-		rc.long = replayLongPlan(rng, rc.lo, rc.hi)
+		rc.long, rc.quiet = replayLongPlan(rng, rc.lo, rc.hi)
 		pre, commit := replayLongBatches(rc.lo, rc.long)
-		replayProduce(t, c.Broker.Addr, testenv.ApplyTopic, pre)
+		replayProduce(t, c.Broker.Addr, testenv.ApplyTopic, pre, replayQuietBatch(rc.quiet))
 		runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(last)...)...)
 		src.loads = append(src.loads, last)
 		replayProduce(t, c.Broker.Addr, testenv.ApplyTopic, commit)
 		end := rc.hi + 1<<18
-		runProducer(t, "heartbeat", "--brokers", c.Broker.Addr, "--regions", strconv.Itoa(longRegion),
+		runProducer(t, "heartbeat", "--brokers", c.Broker.Addr, "--regions", strconv.Itoa(quietRegion),
 			"--ts", strconv.FormatUint(end, 10))
 		return end
 	})
 	return rc
 }
 
-// replayLongPlan plans the long transactions in (lo, hi]: prewrites in the
-// first tenth of the span, half of the commits in the second tenth and
-// half in the last fifth, on tables 1-4, each on its own row.
-func replayLongPlan(rng *rand.Rand, lo, hi uint64) []replayLongTxn {
+// replayLongPlan plans the crafted transactions in (lo, hi], on tables 1-4,
+// each on its own row: the long ones with prewrites in the first tenth of
+// the span, half of the commits in the second tenth and half in the last
+// fifth; the quiet region's, short, inside the first tenth.
+func replayLongPlan(rng *rand.Rand, lo, hi uint64) (long, quiet []replayLongTxn) {
 	span := hi - lo
 	at := func(from, to float64) uint64 {
 		return lo + uint64(from*float64(span)) + rng.Uint64N(max(uint64((to-from)*float64(span)), 1))
 	}
+	for i := range quietTxns {
+		tx := replayLongTxn{table: int64(1 + i%4), handle: longHandle + 1000 + int64(i), commit: at(0.02, 0.09)}
+		tx.start = tx.commit - 1
+		tx.value = fmt.Appendf(nil, "%squiet-%d", loadgen.Marker, i)
+		quiet = append(quiet, tx)
+	}
+	slices.SortFunc(quiet, func(a, b replayLongTxn) int { return cmpUint(a.commit, b.commit) })
 	var out []replayLongTxn
 	for i := range longTxns {
 		tx := replayLongTxn{table: int64(1 + i%4), handle: longHandle + int64(i), start: at(0.01, 0.1)}
@@ -248,7 +262,23 @@ func replayLongPlan(rng *rand.Rand, lo, hi uint64) []replayLongTxn {
 		copy(tx.value, fmt.Sprintf("%slong-%d-", loadgen.Marker, i))
 		out = append(out, tx)
 	}
-	return out
+	return out, quiet
+}
+
+// replayQuietBatch is region quietRegion's one batch of short puts,
+// resolved at its last commit.
+func replayQuietBatch(txns []replayLongTxn) *event.Batch {
+	b := &event.Batch{RegionID: quietRegion}
+	for _, tx := range txns {
+		rec, err := event.AppendWrite(nil, event.Write{Type: event.WritePut, StartTS: tx.start, ShortValue: tx.value, HasShortValue: true})
+		if err != nil {
+			panic(err)
+		}
+		b.Events = append(b.Events, event.Event{Key: event.AppendDataKey(nil, event.RowKey(tx.table, tx.handle), tx.commit),
+			Value: rec, CF: event.CFWrite, Op: event.OpPut})
+		b.ResolvedTS = tx.commit
+	}
+	return b
 }
 
 // replayLongBatches are region longRegion's two batches: the prewrites,
