@@ -195,3 +195,92 @@ func TestReplayLogEqualsHistory(t *testing.T) {
 		}
 	}
 }
+
+// checkResolved fails unless every region's records carry resolved ts
+// that no later event of the region is at or below, and the region's last
+// record carries to.
+func checkResolved(t testing.TB, recs []record, to uint64) {
+	t.Helper()
+	byRegion := map[uint64][]record{}
+	for _, r := range recs {
+		byRegion[r.batch.RegionID] = append(byRegion[r.batch.RegionID], r)
+	}
+	for region, rs := range byRegion {
+		slices.SortFunc(rs, func(a, b record) int { return int(a.seq - b.seq) })
+		var res uint64
+		for _, r := range rs {
+			for _, e := range r.batch.Events {
+				_, ts, _ := event.SplitDataKey(e.Key)
+				if ts <= res {
+					t.Fatalf("region %d: record %d holds an event at %d, after a record resolved at %d", region, r.seq, ts, res)
+				}
+			}
+			if r.batch.ResolvedTS < res {
+				t.Fatalf("region %d: record %d resolved at %d, after %d", region, r.seq, r.batch.ResolvedTS, res)
+			}
+			res = r.batch.ResolvedTS
+		}
+		if res != to {
+			t.Errorf("region %d ends resolved at %d, want %d", region, res, to)
+		}
+	}
+}
+
+// TestReplayStateThenLog: the state at A followed by the log of (A, T] is
+// every state of the history in [A, T], including the values prewritten
+// at or before A that the puts after A need; the log's resolved ts never
+// pass an event not yet sent, and every region ends at T.
+func TestReplayStateThenLog(t *testing.T) {
+	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
+	h := backuptest.NewHistory(t, rd, g, "statelog", 11, 30, 12)
+	k := kafka(t, 3, "state", "log")
+	ctx := context.Background()
+	a := h.MS(600, 0)
+	sres, err := replay.Run(ctx, h.Source(), target(t, k, "state"), replay.Request{Flow: h.Flow, MaxClockSkew: backuptest.Skew,
+		Mode: replay.ModeState, To: a, Topic: "state", TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lres, err := replay.Run(ctx, h.Source(), target(t, k, "log"), replay.Request{Flow: h.Flow, MaxClockSkew: backuptest.Skew,
+		From: a, Topic: "log", Parallel: 2, MaxMemory: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srecs, lrecs := readAll(t, k, "state"), readAll(t, k, "log")
+	if sres.To != a || lres.From != a || lres.To != h.Checkpoint || int64(len(srecs)) != sres.Records || int64(len(lrecs)) != lres.Records {
+		t.Fatalf("state %+v (%d read), log %+v (%d read)", sres, len(srecs), lres, len(lrecs))
+	}
+	checkResolved(t, srecs, a)
+	checkResolved(t, lrecs, h.Checkpoint)
+	all := append(slices.Clone(srecs), lrecs...)
+	for _, ts := range []uint64{a, a + 1, h.MS(900, 3), h.MS(1200, 0), h.Checkpoint} {
+		if got, want := state(t, all, ts), historyState(h, ts); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("state at %d of the replayed state and log:\n%v\nwant\n%v", ts, got, want)
+		}
+	}
+	// The log holds no event at or below A but the default-CF values the
+	// puts after A need.
+	early, needed := map[string]bool{}, map[string]bool{}
+	for _, r := range lrecs {
+		for _, e := range r.batch.Events {
+			enc, ts, _ := event.SplitDataKey(e.Key)
+			if ts <= a {
+				if e.CF != event.CFDefault {
+					t.Fatalf("log record %d holds a write-CF event at %d <= from %d", r.seq, ts, a)
+				}
+				early[string(e.Key)] = true
+			}
+			if w, err := event.DecodeWrite(e.Value); e.CF == event.CFWrite && err == nil && w.Type == event.WritePut && !w.HasShortValue {
+				needed[fmt.Sprintf("%x%016x", enc, ^w.StartTS)] = true
+			}
+		}
+	}
+	for k := range early {
+		if !needed[fmt.Sprintf("%x", k)] {
+			t.Errorf("the log holds value %x prewritten at or before from, which no put after from needs", k)
+		}
+	}
+	if len(early) == 0 {
+		t.Errorf("no value prewritten at or before from %d was replayed; the history should need some", a)
+	}
+}

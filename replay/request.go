@@ -51,6 +51,8 @@ type Request struct {
 	// Parallel is the number of chunks read at once (default 4).
 	MaxMemory int64
 	Parallel  int
+	// TempDir holds a state replay's sorted runs (default os.TempDir()).
+	TempDir string
 	// Progress, if set, is called after every chunk.
 	Progress func(Progress)
 	// Clock is the rate limiter's clock (nil: the system's).

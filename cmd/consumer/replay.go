@@ -30,6 +30,7 @@ type replayConfig struct {
 	FromBucket bool
 	MaxMemory  cli.Size
 	Parallel   int
+	TempDir    string
 	metrics    opMetrics
 	out        output
 }
@@ -50,6 +51,7 @@ func (c *replayConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 128 << 20
 	f.Var(&c.MaxMemory, "max-memory", "chunk bytes and queued records held at once; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
+	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while reading the state (--mode state)")
 	c.metrics.RegisterFlags(f)
 	c.out.RegisterFlags(f)
 }
@@ -161,7 +163,7 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	res, err := replay.Run(ctx, src, t, replay.Request{
 		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: r.notify, Tables: tables,
 		Mode: replay.Mode(cfg.Mode), From: cfg.From.ts, To: cfg.To.ts, Format: replay.Format(cfg.Format), Topic: cfg.ToTopic,
-		Rate: int64(cfg.Rate), MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
+		Rate: int64(cfg.Rate), MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel, TempDir: cfg.TempDir,
 		Progress: func(p replay.Progress) {
 			last = p
 			progress.show("replayed %d/%d chunks: %d records (%.1f MiB), %d skipped as written before", p.Chunks, p.ChunksTotal, p.Records, float64(p.Bytes)/(1<<20), p.Skipped)
