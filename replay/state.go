@@ -26,9 +26,9 @@ const shortValueMax = 255
 // heartbeat at To.
 func runState(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadPlan, req *Request, w *writer) error {
 	var (
-		batch  event.Batch
-		bytes  int
-		used   = map[uint64]uint64{}
+		batch event.Batch
+		bytes int
+		used  = map[uint64]uint64{}
 	)
 	flush := func() error {
 		if len(batch.Events) == 0 {
