@@ -43,24 +43,9 @@ type RestoreResult struct {
 // errors on otherwise (sink.ErrOutDirNotEmpty, *sink.ChecksumError, ...).
 func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult, error) {
 	var res RestoreResult
-	at, err := locate(ctx, src, req.Request)
-	f, ts, metas := at.flow, at.ts, at.metas
+	p, err := PlanRead(ctx, src, req.Request, req.Tables, req.LogOnly)
+	f, ts, metas, windows, snaps, truncated := p.Flow, p.TS, p.Metas, p.Windows, p.Snapshots, p.TruncatedBefore
 	res.Flow, res.TS, res.Metas = f, ts, len(metas)
-	if err != nil {
-		return res, err
-	}
-	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	windows, err := restorable(ctx, src.Store, f, req.Tables, ts, at.bound, req.Notify)
-	if err != nil {
-		return res, err
-	}
-	var snaps []sink.SnapshotRef
-	if !req.LogOnly {
-		if snaps, err = SnapshotRefs(ctx, src.Store, f.ID); err != nil {
-			return res, err
-		}
-	}
-	truncated, err := checkTruncated(ctx, src.Store, f, ts)
 	if err != nil {
 		return res, err
 	}

@@ -55,6 +55,7 @@ const (
 	useKafka      connUse = 1 << iota // every Kafka flag (run, dev)
 	useApplyTopic                     // the brokers and the apply topic only (status)
 	useHTTP                           // --http-addr, the running consumer
+	useBrokers                        // the brokers, TLS and SASL, no topic (replay)
 )
 
 // RegisterFlags registers the connection flags c.uses asks for on f.
@@ -64,6 +65,8 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 		c.Kafka.RegisterFlags(f)
 	case c.uses&useApplyTopic != 0:
 		c.Kafka.RegisterFlagsFor(f, kafkaconf.ApplyTopic)
+	case c.uses&useBrokers != 0:
+		c.Kafka.RegisterFlagsFor(f)
 	}
 	c.Redis.RegisterFlags(f)
 	c.GCS.RegisterFlags(f)
@@ -79,7 +82,7 @@ func (c *connConfig) RegisterFlags(f *flag.FlagSet) {
 // Validate reports every problem, one per line.
 func (c *connConfig) Validate() error {
 	var errs []error
-	if c.uses&(useKafka|useApplyTopic) != 0 {
+	if c.uses&(useKafka|useApplyTopic|useBrokers) != 0 {
 		errs = append(errs, c.Kafka.Validate())
 	}
 	errs = append(errs, validateRedis(c.Redis), c.GCS.Validate())

@@ -53,6 +53,8 @@ var commands = map[string]command{
 	"snapshot": {run: runSnapshot},
 	"truncate": {run: runTruncate},
 	"gc":       {run: runGC},
+	// republishing a backup (docs/RESTORE.md, "Replay")
+	"replay": {run: runReplay},
 	// losing Redis (docs/OPERATING.md)
 	"recover": {run: runRecover},
 	"version": {run: runVersion},

@@ -52,12 +52,15 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	c.out.RegisterFlags(f)
 }
 
-func (c *restoreConfig) tables() (map[int64]bool, error) {
-	if c.Tables == "" {
+func (c *restoreConfig) tables() (map[int64]bool, error) { return parseTables(c.Tables) }
+
+// parseTables reads --tables: comma-separated table ids, "" for all (nil).
+func parseTables(s string) (map[int64]bool, error) {
+	if s == "" {
 		return nil, nil
 	}
 	out := map[int64]bool{}
-	for _, s := range strings.Split(c.Tables, ",") {
+	for _, s := range strings.Split(s, ",") {
 		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("--tables: %q is not a table id", s)

@@ -25,6 +25,9 @@ var commandHelp = []struct {
 	{"restore", helpText{"restore --flow F [--ts T] --out DIR [flags]", "write a flow's tables as of a timestamp",
 		"Each table goes to DIR/<table_id>.jsonl. An interrupt removes the sort files and\n" +
 			"what this run wrote: --out is left as it was before the run.\n"}},
+	{"replay", helpText{"replay --flow F --to-topic X [--mode log|state] [--from A] [--to T] [flags]", "republish a flow's backup into Kafka as ApplyBatch records, exactly once",
+		"--mode log republishes the events of (--from, --to]; --mode state the state at --to.\n" +
+			"Re-run with the same arguments to resume: records already written are skipped.\n"}},
 	{"verify", helpText{"verify --flow F [flags]", "check every object and checksum of a flow's backup; exit 1 on a fault", ""}},
 	{"snapshot", helpText{"snapshot --flow F [--ts T] [flags]", "save a flow's tables as of a timestamp so restores start there", ""}},
 	{"flows", helpText{"flows [flags]", "list flows with their state, checkpoint and coverage", ""}},

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/flowlog/flowlog/backup"
+	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/replay"
+)
+
+// replayConfig is everything `consumer replay` takes.
+type replayConfig struct {
+	conn       connConfig
+	Flow       string
+	FlowID     uint
+	ToTopic    string
+	ToBrokers  string
+	Tables     string
+	Mode       string
+	From       fromFlag
+	To         tsFlag
+	Rate       cli.Size
+	Format     string
+	FromBucket bool
+	MaxMemory  cli.Size
+	Parallel   int
+	TempDir    string
+	metrics    opMetrics
+	out        output
+}
+
+func (c *replayConfig) RegisterFlags(f *flag.FlagSet) {
+	c.conn.uses = useBrokers
+	c.conn.RegisterFlags(f)
+	addFlowFlags(f, &c.Flow, &c.FlowID)
+	f.StringVar(&c.ToTopic, "to-topic", "", "topic to write the ApplyBatch records to (required; it must exist)")
+	f.StringVar(&c.ToBrokers, "to-brokers", "", "brokers of --to-topic, comma separated (default: --brokers)")
+	f.StringVar(&c.Tables, "tables", "", "comma-separated table ids to replay (default: all)")
+	f.StringVar(&c.Mode, "mode", "log", "log: the backed-up events of (--from, --to]; state: the MVCC state at --to")
+	f.Var(&c.From, "from", "log mode: replay the events after this TSO, RFC 3339 time or negative duration ago (default 0: from the start of the backup)")
+	f.Var(&c.To, "to", "replay up to this TSO, RFC 3339 time or negative duration ago (default: the flow's checkpoint; may not exceed it)")
+	f.Var(&c.Rate, "rate", "bytes per second to write at most, e.g. 50MiB (default 0: unbounded)")
+	f.StringVar(&c.Format, "format", "protobuf", "record value form: protobuf, or json (with header content-type: application/json)")
+	f.BoolVar(&c.FromBucket, "from-bucket", false, "read the backup from the bucket alone, without Redis (as restore --from-bucket)")
+	c.MaxMemory = 128 << 20
+	f.Var(&c.MaxMemory, "max-memory", "chunk bytes and queued records held at once; also the Go soft memory limit unless GOMEMLIMIT is set")
+	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
+	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while reading the state (--mode state)")
+	c.metrics.RegisterFlags(f)
+	c.out.RegisterFlags(f)
+}
+
+// fromFlag is --from: 0, or any form --ts takes.
+type fromFlag struct{ tsFlag }
+
+func (f *fromFlag) Set(s string) error {
+	if s == "0" {
+		f.tsFlag = tsFlag{arg: s}
+		return nil
+	}
+	return f.tsFlag.Set(s)
+}
+
+func (c *replayConfig) check() error {
+	switch {
+	case c.ToTopic == "":
+		return errors.New("--to-topic is required")
+	case c.Mode != string(replay.ModeLog) && c.Mode != string(replay.ModeState):
+		return fmt.Errorf("--mode %q: want log or state", c.Mode)
+	case c.Format != string(replay.FormatProtobuf) && c.Format != string(replay.FormatJSON):
+		return fmt.Errorf("--format %q: want protobuf or json", c.Format)
+	case c.Mode == string(replay.ModeState) && c.From.ts != 0:
+		return errors.New("--from applies to --mode log only: --mode state publishes the state at --to")
+	case c.Parallel < 1:
+		return errors.New("--parallel: must be at least 1")
+	case c.To.ts != 0 && c.From.ts >= c.To.ts:
+		return fmt.Errorf("--from %d is not before --to %d", c.From.ts, c.To.ts)
+	}
+	if _, err := parseTables(c.Tables); err != nil {
+		return err
+	}
+	_, err := flowLookup(c.Flow, c.FlowID)
+	return err
+}
+
+func runReplay(ctx context.Context, args []string) error {
+	fs := newFlagSet("replay")
+	var cfg replayConfig
+	cfg.RegisterFlags(fs)
+	if err := cfg.conn.parse(fs, args, cfg.check); err != nil {
+		return err
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(cfg.MaxMemory))
+	}
+	b, err := cfg.conn.openBucket(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.Parallel)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	kc := cfg.conn.Kafka
+	if cfg.ToBrokers != "" {
+		kc.Brokers = cfg.ToBrokers
+	}
+	opts, err := kc.Opts()
+	if err != nil {
+		return err
+	}
+	t, err := replay.NewKafkaTarget(cfg.ToTopic, replay.ProducerMemory(int64(cfg.MaxMemory)), opts...)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	cfg.metrics.register("replay")
+	start := time.Now()
+	err = runReplayWith(ctx, &cfg, cfg.conn.source(st, b), t)
+	if merr := cfg.metrics.finish(start, err); merr != nil && err == nil {
+		return merr
+	}
+	return err
+}
+
+// replayJSON is `consumer replay --json` (docs/SCRIPTING.md, "JSON
+// output").
+type replayJSON struct {
+	Flow    flowJSON  `json:"flow"`
+	Mode    string    `json:"mode"`
+	From    tsJSON    `json:"from"`
+	To      tsJSON    `json:"to"`
+	Topic   string    `json:"topic"`
+	RunID   string    `json:"run_id"`
+	Records int64     `json:"records"`
+	Bytes   int64     `json:"bytes"`
+	Skipped int64     `json:"skipped"`
+	Resumed bool      `json:"resumed"`
+	Regions int       `json:"regions"`
+	Chunks  int       `json:"chunks"`
+	Tables  []int64   `json:"tables"`
+	LeftOut []leftOut `json:"left_out"`
+	Seconds float64   `json:"seconds"`
+}
+
+// runReplayWith runs a parsed `consumer replay` into t: replay.Run decides
+// what it writes, this prints it and counts it in the metrics.
+func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t replay.Target) error {
+	tables, _ := parseTables(cfg.Tables)
+	l, _ := flowLookup(cfg.Flow, cfg.FlowID)
+	r := &reader{ts: &cfg.To, verb: "replaying", noun: "replay", tables: cfg.Tables, out: &cfg.out}
+	progress := newProgressLine(os.Stderr)
+	start := time.Now()
+	var last replay.Progress
+	res, err := replay.Run(ctx, src, t, replay.Request{
+		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: r.notify, Tables: tables,
+		Mode: replay.Mode(cfg.Mode), From: cfg.From.ts, To: cfg.To.ts, Format: replay.Format(cfg.Format), Topic: cfg.ToTopic,
+		Rate: int64(cfg.Rate), MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel, TempDir: cfg.TempDir,
+		Progress: func(p replay.Progress) {
+			last = p
+			progress.show("replayed %d/%d chunks: %d records (%.1f MiB), %d skipped as written before", p.Chunks, p.ChunksTotal, p.Records, float64(p.Bytes)/(1<<20), p.Skipped)
+		},
+	})
+	progress.done()
+	secs := time.Since(start).Seconds()
+	f := res.Flow
+	if res.Flow.Name != "" {
+		name := f.String()
+		cfg.metrics.objects.WithLabelValues(name).Set(float64(res.Records))
+		cfg.metrics.bytes.WithLabelValues(name).Set(float64(res.Bytes))
+	}
+	var re *replay.RangeError
+	switch {
+	case err != nil && cli.Interrupted(ctx):
+		resume := ""
+		if cfg.To.form != "" || cfg.To.ts == 0 {
+			resume = fmt.Sprintf(" with --to %d", res.To)
+		}
+		return cli.Interruptedf("replay of flow %s (id %d) into %s, %s mode (%d, %d], stopped after %d of %d chunks: %d records written, %d skipped; records queued but unconfirmed may or may not be in the topic; re-run the same command%s to resume (it skips what is written)",
+			f, f.ID, cfg.ToTopic, res.Mode, res.From, res.To, last.Chunks, last.ChunksTotal, res.Records, res.Skipped, resume)
+	case errors.As(err, &re):
+		return err
+	case err != nil:
+		return r.explain(err)
+	}
+	mb := float64(res.Bytes) / (1 << 20)
+	cfg.out.printf("replayed flow %s/%s (id %d), %s mode, (%d (%s), %d (%s)] into %s: run %s\n", f.Catalog, f.Name, f.ID, res.Mode,
+		res.From, tsTime(res.From), res.To, tsTime(res.To), cfg.ToTopic, res.RunID)
+	cfg.out.printf("%d records, %.1f MiB, %d regions, %d tables, %d chunks in %.2fs (%.1f MiB/s)\n", res.Records, mb, res.Regions, len(res.Tables), res.Chunks, secs, mb/max(secs, 1e-9))
+	if res.Skipped > 0 {
+		cfg.out.printf("resumed: %d records an earlier run with the same arguments had written were skipped\n", res.Skipped)
+	}
+	return cfg.out.result(replayJSON{Flow: flowOf(f), Mode: string(res.Mode), From: tsOf(res.From), To: tsOf(res.To), Topic: cfg.ToTopic, RunID: res.RunID,
+		Records: res.Records, Bytes: res.Bytes, Skipped: res.Skipped, Resumed: res.Skipped > 0, Regions: res.Regions, Chunks: res.Chunks,
+		Tables: nonNil(res.Tables), LeftOut: nonNil(r.leftOut), Seconds: secs})
+}

@@ -1,0 +1,168 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// logRun is one --mode log replay being written.
+type logRun struct {
+	req     *Request
+	b       sink.Bucket
+	w       *writer
+	windows map[int64]sink.TableWindow
+	// needed are the default-CF keys (encoded key and start ts) of the
+	// values puts in range need that were prewritten at or before From.
+	needed     map[string]bool
+	neededMem  int64
+	minNeeded  map[int64]uint64
+	resolved   map[uint64]uint64 // per region, the resolved ts last sent
+	batch      event.Batch
+	batchBytes int
+	progress   Progress
+}
+
+// pick chooses what chunk i of dataPath is to a log replay: a job, an
+// early candidate (a default-CF chunk whose values at or before From a
+// put in range may need), or nothing.
+func (l *logRun) pick(dataPath string, i int, f *sink.FileMeta) (j job, ok, early bool) {
+	if f.IsMeta || f.NumberOfEntries == 0 {
+		return j, false, false
+	}
+	w, in := l.windows[f.TableID]
+	if !in {
+		return j, false, false
+	}
+	j = job{dataPath: dataPath, index: i, f: *f, lo: max(l.req.From, w.Since) + 1, hi: w.Until, since: w.Since}
+	j.f.StartKey, j.f.EndKey, j.f.FlowIDs = "", "", nil
+	if f.MaxTS >= j.lo && f.MinTS <= j.hi {
+		return j, true, false
+	}
+	if l.req.From > w.Since && f.CF == sink.CFDefault && f.Op == sink.OpPut && f.MinTS < j.lo && f.MaxTS > w.Since {
+		j.early, j.lo, j.hi = true, w.Since+1, j.lo-1
+		return j, false, true
+	}
+	return j, false, false
+}
+
+// collectNeeded reads the write-CF put chunks in range that may reference
+// a value prewritten at or before From and records the default-CF keys
+// of those values.
+func (l *logRun) collectNeeded(ctx context.Context, jobs []job) error {
+	var scan []job
+	for _, j := range jobs {
+		if j.f.CF == sink.CFWrite && j.f.Op == sink.OpPut && j.f.MinBeginTSInDefaultCF < j.lo && j.lo > j.since+1 {
+			scan = append(scan, j)
+		}
+	}
+	limit := l.req.MaxMemory / 4
+	return readAhead(ctx, l.b, scan, l.req.Parallel, l.req.MaxMemory/2, func(i int, data []byte) error {
+		j := &scan[i]
+		return eachEntry(j, data, func(key, value []byte, ts uint64) error {
+			if ts < j.lo || ts > j.hi {
+				return nil
+			}
+			w, err := event.DecodeWrite(value)
+			if err != nil {
+				return fmt.Errorf("chunk %d of %s: %w", j.index, j.dataPath, err)
+			}
+			if w.Type != event.WritePut || w.HasShortValue || w.StartTS >= j.lo || w.StartTS <= j.since {
+				return nil
+			}
+			enc, _, _ := event.SplitDataKey(key)
+			dk := string(append(append([]byte{}, enc...), tsSuffix(w.StartTS)...))
+			if !l.needed[dk] {
+				l.needed[dk] = true
+				l.neededMem += int64(len(dk)) + 48
+				if l.neededMem > limit {
+					return fmt.Errorf("the values prewritten at or before --from that the puts after it need take more than a quarter of --max-memory (%d bytes): raise --max-memory", l.req.MaxMemory)
+				}
+			}
+			if cur, ok := l.minNeeded[j.f.TableID]; !ok || w.StartTS < cur {
+				l.minNeeded[j.f.TableID] = w.StartTS
+			}
+			return nil
+		})
+	})
+}
+
+// tsSuffix is the last 8 bytes of a data key at ts: BE64(^ts).
+func tsSuffix(ts uint64) []byte {
+	var b [8]byte
+	x := ^ts
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(x)
+		x >>= 8
+	}
+	return b[:]
+}
+
+// eachEntry calls fn for every framed entry of a chunk's bytes, with its
+// ts.
+func eachEntry(j *job, data []byte, fn func(key, value []byte, ts uint64) error) error {
+	for rest := data; len(rest) > 0; {
+		k, v, r, err := event.NextEntry(rest)
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: %w", j.index, j.dataPath, err)
+		}
+		_, ts, err := event.SplitDataKey(k)
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: %w", j.index, j.dataPath, err)
+		}
+		if err := fn(k, v, ts); err != nil {
+			return err
+		}
+		rest = r
+	}
+	return nil
+}
+
+// replayJob sends a job's entries as records of its region, then the
+// region's new resolved ts: the highest that no later job of the region
+// can pass (j.after), at most To.
+func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
+	region := j.f.RegionID
+	cf, op := event.CFDefault, event.OpPut
+	if j.f.CF == sink.CFWrite {
+		cf = event.CFWrite
+	}
+	if j.f.Op == sink.OpDelete {
+		op = event.OpDelete
+	}
+	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: l.batch.Events[:0]}
+	l.batchBytes = 0
+	err := eachEntry(j, data, func(key, value []byte, ts uint64) error {
+		if ts < j.lo || ts > j.hi || j.early && !l.needed[string(key)] {
+			return nil
+		}
+		if l.batchBytes > 0 && l.batchBytes+len(key)+len(value) > maxBatchEvents {
+			if err := l.w.send(ctx, &l.batch); err != nil {
+				return err
+			}
+			l.batch.Events, l.batchBytes = l.batch.Events[:0], 0
+		}
+		l.batch.Events = append(l.batch.Events, event.Event{Key: key, Value: value, CF: cf, Op: op})
+		l.batchBytes += len(key) + len(value)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	res := l.req.To
+	if j.after != 0 {
+		res = min(res, j.after-1)
+	}
+	prev, seen := l.resolved[region]
+	res = max(res, prev) // after only grows along a region's jobs; never step back
+	if len(l.batch.Events) > 0 || !seen || res > prev {
+		l.batch.ResolvedTS = res
+		if err := l.w.send(ctx, &l.batch); err != nil {
+			return err
+		}
+	}
+	l.resolved[region] = res
+	return nil
+}

@@ -1,0 +1,181 @@
+package replay
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/flowlog/flowlog/sink"
+)
+
+// cycle is one meta of the flow: a flush cycle, with the offsets of every
+// apply partition it consumed and the jobs of its chunks.
+type cycle struct {
+	index   int // in the flow's meta list (resolved-ts order)
+	path    string
+	offsets []sink.OffsetRange
+	jobs    []job
+	early   []job // default-CF chunks that may hold values of puts in range prewritten at or before From
+}
+
+// job is one chunk to replay, and the ts range of its entries that are
+// sent: lo <= ts <= hi. An early job sends only the entries the needed set
+// names.
+type job struct {
+	dataPath string
+	index    int
+	f        sink.FileMeta
+	lo, hi   uint64
+	since    uint64 // the table's window start
+	early    bool
+	// after is the lowest ts an entry of a later job of the same region
+	// can have, 0 if the region has none: the region's resolved ts after
+	// this job stays below it.
+	after uint64
+}
+
+// class orders a cycle's chunks of one region: default-CF values first, so
+// that the write-CF puts that need them come after them; then the write-CF
+// puts, then the deletes (which TiKV emits only for versions it garbage
+// collected).
+func (j *job) class() int {
+	switch {
+	case j.f.CF == sink.CFDefault && j.f.Op == sink.OpPut:
+		return 0
+	case j.f.CF == sink.CFWrite && j.f.Op == sink.OpPut:
+		return 1
+	case j.f.CF == sink.CFWrite:
+		return 2
+	}
+	return 3
+}
+
+// effLo is the lowest ts an entry the job sends can have.
+func (j *job) effLo() uint64 { return max(j.f.MinTS, j.lo) }
+
+// readCycles streams the flow's metas in list order and keeps, of each,
+// its offsets and the chunks pick chooses.
+func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string, pick func(dataPath string, i int, fm *sink.FileMeta) (job, bool, bool)) ([]cycle, error) {
+	cycles := make([]cycle, len(paths))
+	for k, p := range paths {
+		c := &cycles[k]
+		c.index, c.path = k, p
+		err := sink.StreamFlowMeta(ctx, b, f, p, func(m *sink.Meta) error {
+			c.offsets = slices.Clone(m.Offsets)
+			return nil
+		}, func(m *sink.Meta, i int, fm *sink.FileMeta) error {
+			j, ok, early := pick(m.DataPath, i, fm)
+			switch {
+			case early:
+				c.early = append(c.early, j)
+			case ok:
+				c.jobs = append(c.jobs, j)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		sortJobs(c.jobs)
+		sortJobs(c.early)
+	}
+	return cycles, nil
+}
+
+// sortJobs puts a cycle's jobs in replay order: by region, then class, then
+// table, then position in the meta.
+func sortJobs(js []job) {
+	slices.SortStableFunc(js, func(a, b job) int {
+		return cmp.Or(cmp.Compare(a.f.RegionID, b.f.RegionID), cmp.Compare(a.class(), b.class()),
+			cmp.Compare(a.f.TableID, b.f.TableID), cmp.Compare(a.index, b.index))
+	})
+}
+
+// orderCycles returns the cycles' indexes in a topological order of every
+// apply partition's offset chain: a cycle that consumed a partition's
+// offsets before another cycle did comes first, for every partition. A
+// region's records are in one partition at a time, so its events keep the
+// order in which they were consumed, even across a cycle that holds no
+// records of some partition (which says nothing of that partition's
+// order). Cycles the chains do not order keep the meta list's order (by
+// min resolved ts). Chains that contradict each other (overlapping or
+// crossing offset ranges) fail: the metas do not describe one consumption.
+func orderCycles(cycles []cycle) ([]int, error) {
+	type part struct {
+		topic string
+		p     int32
+	}
+	type at struct {
+		from int64
+		c    int
+	}
+	chains := map[part][]at{}
+	for i, c := range cycles {
+		for _, o := range c.offsets {
+			k := part{o.Topic, o.Partition}
+			chains[k] = append(chains[k], at{o.From, i})
+		}
+	}
+	succ := make([][]int, len(cycles))
+	indeg := make([]int, len(cycles))
+	for _, ch := range chains {
+		slices.SortFunc(ch, func(a, b at) int { return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.c, b.c)) })
+		for k := 1; k < len(ch); k++ {
+			a, b := ch[k-1].c, ch[k].c
+			if a == b {
+				continue
+			}
+			succ[a] = append(succ[a], b)
+			indeg[b]++
+		}
+	}
+	h := &intHeap{}
+	for i := range cycles {
+		if indeg[i] == 0 {
+			heap.Push(h, i)
+		}
+	}
+	order := make([]int, 0, len(cycles))
+	for h.Len() > 0 {
+		i := heap.Pop(h).(int)
+		order = append(order, i)
+		for _, s := range succ[i] {
+			if indeg[s]--; indeg[s] == 0 {
+				heap.Push(h, s)
+			}
+		}
+	}
+	if len(order) != len(cycles) {
+		return nil, fmt.Errorf("the metas' offset ranges contradict each other: %d of %d metas cannot be ordered", len(cycles)-len(order), len(cycles))
+	}
+	return order, nil
+}
+
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// linkRegions sets every job's after: the lowest ts a later job of its
+// region can send.
+func linkRegions(jobs []job) {
+	next := map[uint64]uint64{}
+	for i := len(jobs) - 1; i >= 0; i-- {
+		j := &jobs[i]
+		j.after = next[j.f.RegionID]
+		lo := j.effLo()
+		if cur, ok := next[j.f.RegionID]; !ok || lo < cur {
+			next[j.f.RegionID] = lo
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package replay
+
+import (
+	"context"
+	"time"
+)
+
+// Clock is the time a rate limiter reads and waits on.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx ends.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// limiter bounds the bytes per second sent: a token bucket of rate bytes
+// per second holding at most half a second's worth (the burst). A record
+// waits until the bucket holds its size; one larger than the burst waits
+// until the bucket, allowed to fill up to that size for it, does: so no
+// record goes out faster than the rate, and over any window of w seconds
+// at most rate*w + burst bytes go out, within 5% of the rate over 10 s.
+type limiter struct {
+	rate   float64 // bytes per second; 0: unbounded
+	burst  float64
+	clock  Clock
+	tokens float64
+	last   time.Time
+}
+
+func newLimiter(rate int64, c Clock) *limiter {
+	l := &limiter{rate: float64(rate), burst: float64(rate) / 2, clock: c}
+	l.tokens = l.burst
+	l.last = c.Now()
+	return l
+}
+
+// wait blocks until n bytes may go out, and takes them.
+func (l *limiter) wait(ctx context.Context, n int) error {
+	if l.rate <= 0 {
+		return nil
+	}
+	need := float64(n)
+	for {
+		now := l.clock.Now()
+		l.tokens = min(l.tokens+now.Sub(l.last).Seconds()*l.rate, max(l.burst, need))
+		l.last = now
+		if l.tokens >= need {
+			l.tokens -= need
+			return nil
+		}
+		d := time.Duration((need - l.tokens) / l.rate * float64(time.Second))
+		if err := l.clock.Sleep(ctx, max(d, time.Millisecond)); err != nil {
+			return err
+		}
+	}
+}
