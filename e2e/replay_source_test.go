@@ -186,9 +186,10 @@ type replayChurn struct {
 }
 
 // replayChurnBackup backs up, seeded by seed, flow "rt": created on
-// tables 1, 2, 3 and 5; a load on tables 1-6; a replace that removes 3 and
-// adds 4; a load; a replace that adds 3 back (a new window) and removes 5;
-// a last load. Around the last load region longRegion prewrites long values
+// tables 11, 12, 13 and 15; a load on tables 11-16; a replace that
+// removes 13 and adds 14; a load; a replace that adds 13 back (a new
+// window) and removes 15; a last load. (Table ids are not region ids, as
+// in a real store.) Around the last load region longRegion prewrites long values
 // just as it begins and commits them in two groups, early in it and late
 // in it, so a ts A taken from the middle of the last load has values
 // prewritten before A that commits after A need; and region quietRegion
@@ -200,17 +201,17 @@ func replayChurnBackup(t *testing.T, seed int64) *replayChurn {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	load := func(n int, size int, k int64) loadgen.Config {
-		return loadgen.Config{Events: n, Tables: []int64{1, 2, 3, 4, 5, 6}, Regions: churnRegions, Rows: 240,
+		return loadgen.Config{Events: n, Tables: []int64{11, 12, 13, 14, 15, 16}, Regions: churnRegions, Rows: 240,
 			ValueSize: size, Seed: seed*10 + k, DeleteRatio: 0.25, HeartbeatEvery: 3}
 	}
 	rc := &replayChurn{seed: seed}
 	phases := []replayPhase{
 		{load: load(1500+rng.IntN(500), 300+rng.IntN(200), 1)},
-		{ddl: []string{"flow", "replace", "--name", "rt", "--tables", "1,2,4,5"}, load: load(1500+rng.IntN(500), 64, 2)},
-		{ddl: []string{"flow", "replace", "--name", "rt", "--tables", "1,2,3,4"}},
+		{ddl: []string{"flow", "replace", "--name", "rt", "--tables", "11,12,14,15"}, load: load(1500+rng.IntN(500), 64, 2)},
+		{ddl: []string{"flow", "replace", "--name", "rt", "--tables", "11,12,13,14"}},
 	}
 	last := load(2500+rng.IntN(1000), 260+rng.IntN(400), 3)
-	rc.replaySource = replayBackup(t, "rt", []int64{1, 2, 3, 5}, quietRegion, phases, func(src *replaySource) uint64 {
+	rc.replaySource = replayBackup(t, "rt", []int64{11, 12, 13, 15}, quietRegion, phases, func(src *replaySource) uint64 {
 		// The last load, with the long transactions around it.
 		c := src.c
 		prev := src.loads[len(src.loads)-1]
@@ -231,7 +232,7 @@ func replayChurnBackup(t *testing.T, seed int64) *replayChurn {
 	return rc
 }
 
-// replayLongPlan plans the crafted transactions in (lo, hi], on tables 1-4,
+// replayLongPlan plans the crafted transactions in (lo, hi], on tables 11-14,
 // each on its own row: the long ones with prewrites in the first tenth of
 // the span, half of the commits in the second tenth and half in the last
 // fifth; the quiet region's, short, inside the first tenth.
@@ -241,7 +242,7 @@ func replayLongPlan(rng *rand.Rand, lo, hi uint64) (long, quiet []replayLongTxn)
 		return lo + uint64(from*float64(span)) + rng.Uint64N(max(uint64((to-from)*float64(span)), 1))
 	}
 	for i := range quietTxns {
-		tx := replayLongTxn{table: int64(1 + i%4), handle: longHandle + 1000 + int64(i), commit: at(0.02, 0.09)}
+		tx := replayLongTxn{table: int64(11 + i%4), handle: longHandle + 1000 + int64(i), commit: at(0.02, 0.09)}
 		tx.start = tx.commit - 1
 		tx.value = fmt.Appendf(nil, "%squiet-%d", loadgen.Marker, i)
 		quiet = append(quiet, tx)
@@ -249,7 +250,7 @@ func replayLongPlan(rng *rand.Rand, lo, hi uint64) (long, quiet []replayLongTxn)
 	slices.SortFunc(quiet, func(a, b replayLongTxn) int { return cmpUint(a.commit, b.commit) })
 	var out []replayLongTxn
 	for i := range longTxns {
-		tx := replayLongTxn{table: int64(1 + i%4), handle: longHandle + int64(i), start: at(0.01, 0.1)}
+		tx := replayLongTxn{table: int64(11 + i%4), handle: longHandle + int64(i), start: at(0.01, 0.1)}
 		if i%2 == 0 {
 			tx.commit = at(0.1, 0.2)
 		} else {
