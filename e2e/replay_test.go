@@ -177,8 +177,8 @@ func restoreLines(t *testing.T, dir string) int {
 // once, in order, and exactly what an uninterrupted run wrote into another
 // fresh topic: keys, values and headers, partition by partition.
 func TestReplayKilledFiveTimes(t *testing.T) {
-	cfg := loadgen.Config{Events: 8000, Tables: []int64{1, 2}, Regions: 8, ValueSize: 300, Seed: 77, DeleteRatio: 0.2, HeartbeatEvery: 2}
-	src := replayBackup(t, "kill", []int64{1, 2}, cfg.Regions, []replayPhase{{load: cfg}}, nil)
+	cfg := loadgen.Config{Events: 8000, Tables: []int64{1, 2, 3}, Regions: 24, ValueSize: 300, Seed: 77, DeleteRatio: 0.2, HeartbeatEvery: 2}
+	src := replayBackup(t, "kill", []int64{1, 2, 3}, cfg.Regions, []replayPhase{{load: cfg}}, nil)
 	rng := crashRNG(t, 21)
 	addr := src.c.Broker.Addr
 	const once, killed = "replay.once", "replay.killed"
