@@ -29,9 +29,9 @@ func replayRun(t *testing.T, src *replaySource, args ...string) oracleResult {
 	return oracleRun(t, "replay", src.conn(), args...)
 }
 
-// TestReplayRoundTrip checks replay's round trip (docs/REPLAY.md, "A
-// restore drill") as a property, for several seeds: a backup made with
-// churn (replayChurnBackup) is replayed, `--mode state --to A` and then
+// TestReplayRoundTrip checks replay's round trip (docs/RESTORE.md, "A
+// restore drill into a second flowlog") as a property, for several seeds:
+// a backup made with churn (replayChurnBackup) is replayed, `--mode state --to A` and then
 // `--mode log --from A --to T` (T the checkpoint, A inside the last load,
 // where values prewritten before A are committed after it), into the apply
 // topic of a second flowlog (its own Redis prefix, bucket prefix, group
@@ -170,10 +170,10 @@ func restoreLines(t *testing.T, dir string) int {
 }
 
 // TestReplayKilledFiveTimes checks that replay is exactly once across
-// crashes (docs/REPLAY.md, "Exactly once"): a `--mode log` replay into a
-// fresh topic is SIGKILLed five times at random points of its progress
-// (records in the target topic), each time run again with the same
-// arguments, until a run exits 0. The target topic then holds every record
+// crashes (docs/RESTORE.md, "Interrupting and resuming"): a `--mode log`
+// replay into a fresh topic is SIGKILLed five times at random points of
+// its progress (records in the target topic), each time run again with
+// the same arguments, until a run exits 0. The target topic then holds every record
 // once, in order, and exactly what an uninterrupted run wrote into another
 // fresh topic: keys, values and headers, partition by partition.
 func TestReplayKilledFiveTimes(t *testing.T) {
@@ -285,8 +285,8 @@ func replayBytes(cfg loadgen.Config) int {
 }
 
 // TestReplayCoverage checks that replay honours coverage windows as
-// restore does (docs/REPLAY.md, "What is replayed"): of a flow on tables 1
-// and 2 whose table 2 was removed between two loads, a replay at the
+// restore does (docs/RESTORE.md, "Replay or restore"): of a flow on tables
+// 1 and 2 whose table 2 was removed between two loads, a replay at the
 // checkpoint, in either mode, leaves table 2 out and names it; one of
 // table 2 alone exits 1 and writes nothing; and one up to a ts inside
 // table 2's window replays both.
