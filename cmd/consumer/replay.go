@@ -160,8 +160,22 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	progress := newProgressLine(os.Stderr)
 	start := time.Now()
 	var last replay.Progress
+	notify := func(e backup.Event) {
+		if _, ok := e.(backup.TSChosen); !ok {
+			r.notify(e)
+			return
+		}
+		for _, f := range []struct {
+			name string
+			ts   *tsFlag
+		}{{"--from", &cfg.From.tsFlag}, {"--to", &cfg.To}} {
+			if f.ts.form != "" {
+				cfg.out.printf("%s %s\n", f.name, f.ts.describe())
+			}
+		}
+	}
 	res, err := replay.Run(ctx, src, t, replay.Request{
-		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: r.notify, Tables: tables,
+		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify, Tables: tables,
 		Mode: replay.Mode(cfg.Mode), From: cfg.From.ts, To: cfg.To.ts, Format: replay.Format(cfg.Format), Topic: cfg.ToTopic,
 		Rate: int64(cfg.Rate), MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel, TempDir: cfg.TempDir,
 		Progress: func(p replay.Progress) {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,30 @@ func TestReplayCommandUsage(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, tc.errSub) {
 			t.Errorf("replay %q: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.errSub)
 		}
+	}
+}
+
+// TestReplayCommandLeftOut: a table that is not restorable at --to is
+// left out and named on stderr and in the JSON summary; a replay with no
+// table left fails and says why.
+func TestReplayCommandLeftOut(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	k := replayKafka(t)
+	var doc replayJSON
+	stderr, stdout, err := captureStderr(t, func() error {
+		return commands["replay"].run(context.Background(), e.Args(append(k, "--flow", "f", "--tables", "1,3", "--json")...))
+	})
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("%v in\n%s", err, stdout)
+	}
+	if !strings.Contains(stderr, "left out table 3: not a table of the flow") || len(doc.LeftOut) != 1 || doc.LeftOut[0].Table != 3 || fmt.Sprint(doc.Tables) != "[1]" {
+		t.Errorf("stderr %q, summary %+v; want table 3 left out", stderr, doc)
+	}
+	_, err = runIn(t, e.Conn, "replay", append(k, "--flow", "f", "--tables", "3")...)
+	if err == nil || !strings.Contains(err.Error(), "no table of flow default/f (id 1) is restorable") {
+		t.Errorf("replay of table 3 alone: %v, want a refusal", err)
 	}
 }
