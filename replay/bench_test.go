@@ -18,10 +18,10 @@ import (
 // discard is a target that drops every record: the replay's own cost.
 type discard struct{}
 
-func (discard) Partitions(context.Context) (int32, error)                 { return 8, nil }
+func (discard) Partitions(context.Context) (int32, error)                { return 8, nil }
 func (discard) Written(context.Context, string) (map[int32]int64, error) { return nil, nil }
-func (discard) Produce(context.Context, *kgo.Record) error                { return nil }
-func (discard) Flush(context.Context) error                               { return nil }
+func (discard) Produce(context.Context, *kgo.Record) error               { return nil }
+func (discard) Flush(context.Context) error                              { return nil }
 
 // benchBackup is a backup of cycles cycles, each of regions regions with
 // rows puts of value bytes apiece (a long value and its default-CF entry
