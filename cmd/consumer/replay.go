@@ -191,7 +191,10 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 		cfg.metrics.objects.WithLabelValues(name).Set(float64(res.Records))
 		cfg.metrics.bytes.WithLabelValues(name).Set(float64(res.Bytes))
 	}
-	var re *replay.RangeError
+	var (
+		re *replay.RangeError
+		te *backup.TruncatedError
+	)
 	switch {
 	case err != nil && cli.Interrupted(ctx):
 		resume := ""
@@ -202,6 +205,10 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 			f, f.ID, cfg.ToTopic, res.Mode, res.From, res.To, last.Chunks, last.ChunksTotal, res.Records, res.Skipped, resume)
 	case errors.As(err, &re):
 		return err
+	case errors.As(err, &te) && res.Mode == replay.ModeLog && te.TS == res.From && te.Table < 0:
+		return fmt.Errorf("--from %d (%s) is before the truncation point of flow %s (id %d): the log before %d (%s) was removed; "+
+			"replay --mode state --to %d and then --mode log --from %d, or pass a --from at or after it",
+			te.TS, tsTime(te.TS), f, f.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore), te.TruncatedBefore, te.TruncatedBefore)
 	case err != nil:
 		return r.explain(err)
 	}

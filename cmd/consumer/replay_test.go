@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/backup/backuptest"
+	"github.com/flowlog/flowlog/internal/testenv"
 )
 
 // replayKafka is a kfake cluster with topic out of 2 partitions, and the
@@ -93,5 +97,60 @@ func TestReplayCommandLeftOut(t *testing.T) {
 	_, err = runIn(t, e.Conn, "replay", append(k, "--flow", "f", "--tables", "3")...)
 	if err == nil || !strings.Contains(err.Error(), "no table of flow default/f (id 1) is restorable") {
 		t.Errorf("replay of table 3 alone: %v, want a refusal", err)
+	}
+}
+
+// TestReplayCommandInterrupt: SIGINT stops a replay with exit 130 and a
+// line saying how far it got; the same command again resumes, and the
+// topic then holds every record of the run once.
+func TestReplayCommandInterrupt(t *testing.T) {
+	h := backuptest.NewHistory(t, testenv.StartRedis(t), testenv.StartGCS(t), "intr", 5, 20, 10)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	args := append([]string{"replay"}, h.Args("--brokers", brokers, "--to-topic", "out", "--flow", "f", "--to", fmt.Sprint(h.Checkpoint))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := consumerCmd(ctx, "", nil, append(args, "--rate", "2KiB")...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	written := func() int64 {
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "out")
+		if err != nil {
+			return 0 // not yet
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		return n
+	}
+	for written() < 3 && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	r := procEnd(t, ctx, cmd.Wait(), args, procResult{stdout: stdout.String(), stderr: stderr.String()})
+	if r.code != 130 || !strings.Contains(r.stderr, "interrupted: replay of flow default/f (id 1) into out") || !strings.Contains(r.stderr, "re-run the same command") {
+		t.Fatalf("interrupted replay: exit %d, stderr %q", r.code, r.stderr)
+	}
+	before := written()
+	again := runConsumer(t, time.Minute, nil, append(args, "--json")...)
+	var doc replayJSON
+	if err := json.Unmarshal([]byte(again.stdout), &doc); again.code != 0 || err != nil {
+		t.Fatalf("re-run: exit %d, %v\n%s\n%s", again.code, err, again.stdout, again.stderr)
+	}
+	if !doc.Resumed || doc.Skipped != before || written() != doc.Skipped+doc.Records {
+		t.Errorf("re-run skipped %d and wrote %d records; the topic held %d before and %d after", doc.Skipped, doc.Records, before, written())
 	}
 }
