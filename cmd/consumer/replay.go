@@ -188,7 +188,7 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	f := res.Flow
 	if res.Flow.Name != "" {
 		name := f.String()
-		cfg.metrics.objects.WithLabelValues(name).Set(float64(res.Records))
+		cfg.metrics.records.WithLabelValues(name).Set(float64(res.Records))
 		cfg.metrics.bytes.WithLabelValues(name).Set(float64(res.Bytes))
 	}
 	var (

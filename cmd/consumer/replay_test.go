@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,8 +39,9 @@ func TestReplayCommandJSON(t *testing.T) {
 	e := backuptest.NewTimed(t)
 	k := replayKafka(t)
 	var first, second replayJSON
+	prom := filepath.Join(t.TempDir(), "replay.prom")
 	for i, doc := range []*replayJSON{&first, &second} {
-		stdout, err := runIn(t, e.Conn, "replay", append(k, "--flow", "f", "--json")...)
+		stdout, err := runIn(t, e.Conn, "replay", append(k, "--flow", "f", "--json", "--metrics-file", prom)...)
 		if err != nil {
 			t.Fatalf("replay %d: %v\n%s", i, err, stdout)
 		}
@@ -52,6 +56,20 @@ func TestReplayCommandJSON(t *testing.T) {
 	}
 	if second.Records != 0 || second.Skipped != first.Records || !second.Resumed || second.RunID != first.RunID {
 		t.Errorf("second run: %+v, first %+v", second, first)
+	}
+	raw, err := os.ReadFile(prom) // the second run's
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`flowlog_op_records\{command="replay",flow="default/f"\} 0`,
+		`flowlog_op_bytes\{command="replay",flow="default/f"\} 0`,
+		`flowlog_op_duration_seconds\{command="replay"\} `,
+		`flowlog_op_last_success_timestamp_seconds\{command="replay"\} [1-9]`,
+	} {
+		if !regexp.MustCompile(re).Match(raw) {
+			t.Errorf("metrics file lacks %s:\n%s", re, raw)
+		}
 	}
 }
 
