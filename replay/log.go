@@ -25,27 +25,27 @@ type logRun struct {
 	progress   Progress
 }
 
-// pick chooses what chunk i of dataPath is to a log replay: a job, an
-// early candidate (a default-CF chunk whose values at or before From a
-// put in range may need), or nothing.
-func (l *logRun) pick(dataPath string, i int, f *sink.FileMeta) (j job, ok, early bool) {
+// pick chooses what chunk i of dataPath is to a log replay: a job (its
+// entries in range), an early job (a default-CF chunk with entries at or
+// before From, inside the window, which a put in range may need), both
+// (a default-CF chunk that straddles From), or nothing.
+func (l *logRun) pick(dataPath string, i int, f *sink.FileMeta) (j job, ok bool, e job, early bool) {
 	if f.IsMeta || f.NumberOfEntries == 0 {
-		return j, false, false
+		return j, false, e, false
 	}
 	w, in := l.windows[f.TableID]
 	if !in {
-		return j, false, false
+		return j, false, e, false
 	}
 	j = job{dataPath: dataPath, index: i, f: *f, lo: max(l.req.From, w.Since) + 1, hi: w.Until, since: w.Since}
 	j.f.StartKey, j.f.EndKey, j.f.FlowIDs = "", "", nil
-	if f.MaxTS >= j.lo && f.MinTS <= j.hi {
-		return j, true, false
-	}
+	ok = f.MaxTS >= j.lo && f.MinTS <= j.hi
 	if l.req.From > w.Since && f.CF == sink.CFDefault && f.Op == sink.OpPut && f.MinTS < j.lo && f.MaxTS > w.Since {
-		j.early, j.lo, j.hi = true, w.Since+1, j.lo-1
-		return j, false, true
+		e = j
+		e.early, e.lo, e.hi = true, w.Since+1, j.lo-1
+		early = true
 	}
-	return j, false, false
+	return j, ok, e, early
 }
 
 // collectNeeded reads the write-CF put chunks in range that may reference

@@ -91,3 +91,42 @@ func TestReplayRegionOrderAcrossCycles(t *testing.T) {
 	}
 	checkResolved(t, recs, ts(300))
 }
+
+// TestReplayLogEarlyValues: a log replay from A sends, before anything
+// else, exactly the default-CF values at or before A that its puts after A
+// need, also from a default-CF chunk that straddles A, and nothing else at
+// or before A.
+func TestReplayLogEarlyValues(t *testing.T) {
+	e := backuptest.New(t, testenv.StartRedis(t), testenv.StartGCS(t), "early", "early", 1)
+	ts := func(ms int) uint64 { return e.TS(time.Duration(ms) * time.Millisecond) }
+	long := func(c byte) []byte { return []byte(fmt.Sprintf("%c%0299d", c, 0)) }
+	// One cycle: values of rows 1, 2, 3 prewritten at 10, 30, 38 (one
+	// default-CF chunk from 10 to 38), row 4's at 20 never committed; row
+	// 3 committed at 39, row 1 at 40.
+	e.CommitOffsets(t, ts(50), []sink.OffsetRange{part(0, 0, 1)}, inRegion(1,
+		sinktest.DefaultPut(1, 1, ts(10), long('a')), sinktest.DefaultPut(1, 4, ts(20), long('d')),
+		sinktest.DefaultPut(1, 2, ts(30), long('b')), sinktest.DefaultPut(1, 3, ts(38), long('c')),
+		sinktest.WritePut(1, 3, ts(38), ts(39), long('c'), false), sinktest.WritePut(1, 1, ts(10), ts(40), long('a'), false))...)
+	// Row 2 committed at 60.
+	e.CommitOffsets(t, ts(100), []sink.OffsetRange{part(0, 1, 2)}, inRegion(1, sinktest.WritePut(1, 2, ts(30), ts(60), long('b'), false))...)
+
+	k := kafka(t, 1, "out")
+	_, err := replay.Run(context.Background(), e.Source(), target(t, k, "out"),
+		replay.Request{Flow: backup.Lookup{Catalog: "default", Name: "f"}, MaxClockSkew: backuptest.Skew, Topic: "out", From: ts(35)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := readAll(t, k, "out")
+	var got []string
+	for _, r := range recs {
+		for _, ev := range r.batch.Events {
+			raw, at, _ := event.DecodeDataKey(ev.Key)
+			got = append(got, fmt.Sprintf("%s row %d @%d", ev.CF, raw[len(raw)-1], (at-ts(0))>>18))
+		}
+	}
+	want := []string{"CF_DEFAULT row 1 @10", "CF_DEFAULT row 2 @30", "CF_DEFAULT row 3 @38", "CF_WRITE row 3 @39", "CF_WRITE row 1 @40", "CF_WRITE row 2 @60"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("replayed\n%v\nwant\n%v", got, want)
+	}
+	checkResolved(t, recs, ts(100))
+}
