@@ -67,7 +67,7 @@ func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotReq
 		}
 	}
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	capped, err := restorable(ctx, src.Store, f, nil, ts, at.bound, req.Notify)
+	capped, err := restorable(ctx, src.Store, f, Selection{}, ts, at.bound, req.Notify)
 	if err != nil {
 		return res, err
 	}

@@ -62,7 +62,8 @@ const (
 // pick decides what chunk i of dataPath, described by f, is to the plan.
 func (p *restorePlan) pick(dataPath string, i int, f *FileMeta) (chunkJob, int) {
 	o := p.o
-	if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 || o.Tables != nil && !o.Tables[f.TableID] || f.MinTS > o.TS {
+	if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 || !o.selected(f.TableID) || f.MinTS > o.TS ||
+		!o.keys.overlaps(f.StartKey, f.EndKey) {
 		return chunkJob{}, pickNone
 	}
 	j := chunkJob{path: dataPath, index: i, f: *f, hi: o.TS}
@@ -132,7 +133,9 @@ type planScan struct {
 
 func (s *planScan) file(p *restorePlan, dataPath string, i int, f *FileMeta) {
 	o := p.o
-	if f.CF == CFWrite && !f.IsMeta && f.Op == OpPut && (f.NumberOfEntries > 0 || f.RawLength > 0) && (o.Tables == nil || o.Tables[f.TableID]) {
+	// Whether the restore has data as of TS is a question of its tables,
+	// not of its key range: a range without keys restores empty tables.
+	if f.CF == CFWrite && !f.IsMeta && f.Op == OpPut && (f.NumberOfEntries > 0 || f.RawLength > 0) && o.selected(f.TableID) {
 		if s.first == 0 || f.MinTS < s.first {
 			s.first = f.MinTS
 		}
