@@ -70,8 +70,9 @@ func (r KeyRange) encoded() encRange {
 
 // OverlapsChunk reports whether a chunk whose smallest and largest data
 // keys are the hex startKey and endKey (FileMeta.StartKey and EndKey,
-// SnapshotChunk.MinKey and MaxKey) may hold a key of r. A chunk whose keys
-// are missing or not hex may hold any key.
+// SnapshotChunk.MinKey and MaxKey) may hold a key of r. Either may be a
+// prefix of the chunk's key; a chunk whose keys are missing or not hex may
+// hold any key.
 func (r KeyRange) OverlapsChunk(startKey, endKey string) bool {
 	return r.encoded().overlaps(startKey, endKey)
 }
@@ -89,8 +90,12 @@ func (e encRange) holds(enc []byte) bool {
 
 // overlaps is KeyRange.OverlapsChunk.
 func (e encRange) overlaps(startKey, endKey string) bool {
+	// Either key may be a prefix of the chunk's key (a streamed meta cuts
+	// long keys): a prefix at or past the end proves the key is too, and a
+	// prefix below the start proves it only if it differs from the start
+	// within its own length.
 	if e.lo != nil {
-		if last, err := hex.DecodeString(endKey); err == nil && len(last) > 0 && bytes.Compare(last, e.lo) < 0 {
+		if last, err := hex.DecodeString(endKey); err == nil && len(last) > 0 && bytes.Compare(last, e.lo) < 0 && !bytes.HasPrefix(e.lo, last) {
 			return false // every key of the chunk lies below the range
 		}
 	}
