@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
@@ -102,6 +104,26 @@ type restoreJSON struct {
 	Snapshot     tsJSON    `json:"snapshot"`
 	NoValue      int64     `json:"no_value_keys"`
 	LeftOut      []leftOut `json:"left_out"`
+	Selection    selJSON   `json:"selection"`
+}
+
+// selJSON is a restore's selection: the tables asked for ([] for every
+// table) and the raw key range, hex ("" for no bound).
+type selJSON struct {
+	Tables   []int64 `json:"tables"`
+	StartKey string  `json:"start_key"`
+	EndKey   string  `json:"end_key"`
+}
+
+func selectionOf(s backup.Selection) selJSON {
+	j := selJSON{Tables: []int64{}, StartKey: hex.EncodeToString(s.StartKey), EndKey: hex.EncodeToString(s.EndKey)}
+	for id, ok := range s.Tables {
+		if ok {
+			j.Tables = append(j.Tables, id)
+		}
+	}
+	slices.Sort(j.Tables)
+	return j
 }
 
 // restore runs a parsed `consumer restore`: backup.Restore decides what it
@@ -152,6 +174,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	cfg.out.printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", f.Catalog, f.Name, f.ID, ts, tsTime(ts), cfg.Out)
 	cfg.out.printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, res.Metas, mb, secs, mb/max(secs, 1e-9))
+	if !sel.Keys().All() {
+		cfg.out.printf("only the keys in [%s, %s) were read and written\n", keyBound(sel.StartKey, "first key"), keyBound(sel.EndKey, "last key"))
+	}
 	if stats.FromSnapshot > 0 {
 		cfg.out.printf("%d tables started from the snapshot at %d (%s); only the log after it was read\n", stats.FromSnapshot, stats.SnapshotTS, tsTime(stats.SnapshotTS))
 	}
@@ -160,7 +185,15 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	}
 	return cfg.out.result(restoreJSON{Flow: flowOf(f), AsOf: tsOf(ts), Out: cfg.Out, Tables: stats.Tables, Keys: stats.Keys,
 		Chunks: stats.Chunks, Metas: res.Metas, LogB: stats.LogBytes, Seconds: secs,
-		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: nonNil(r.leftOut)})
+		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: nonNil(r.leftOut), Selection: selectionOf(sel)})
+}
+
+// keyBound is a bound of a key range as the summary shows it.
+func keyBound(k []byte, none string) string {
+	if len(k) == 0 {
+		return "the " + none
+	}
+	return hex.EncodeToString(k)
 }
 
 // outState says what an interrupted restore left of --out dir; existed is
