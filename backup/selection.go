@@ -27,8 +27,8 @@ import (
 // end_key, or a snapshot chunk's min_key and max_key: a chunk that cannot
 // hold a selected key is never fetched), and each key (HasKey on the raw
 // key, since a chunk that overlaps the range may hold keys outside it).
-// Whole tables only are a snapshot's unit: see docs/RESTORE.md for why
-// snapshots take no Selection.
+// A snapshot takes no Selection: it is cut of whole tables, which truncate
+// relies on (docs/RESTORE.md, "Selective restore", says why).
 type Selection struct {
 	// Tables are the table ids selected; nil means every table of the flow.
 	Tables map[int64]bool
