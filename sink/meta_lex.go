@@ -18,10 +18,11 @@ import (
 //   - whitespace outside strings is dropped;
 //   - the hex values of start_key and end_key of the elements of files are
 //     checked as they stream (lowercase hex, an even count, no escapes)
-//     and passed on cut to their first keyPrefixHex characters: a data key
-//     may be as large as --max-value-size, and a restore's key range needs
-//     only a prefix to tell a chunk that cannot hold a key of the range
-//     (KeyRange.OverlapsChunk treats every key as a possible prefix);
+//     and passed on as "", or, for a reader that asks for keys, cut to
+//     their first keyPrefixHex characters: a data key may be as large as
+//     --max-value-size, only a restore with a key range needs them, and it
+//     needs only a prefix to tell a chunk that cannot hold a key of the
+//     range (KeyRange.OverlapsChunk treats every key as a possible prefix);
 //   - any other string longer than maxMetaString, a number or literal
 //     longer than maxMetaScalar, nesting deeper than maxMetaDepth, or an
 //     array element of more than maxMetaElement bytes is an error;
@@ -31,6 +32,9 @@ import (
 type metaLexer struct {
 	src  *bufio.Reader
 	read int64 // bytes read from src
+	// keyHex is how much of an elided member's hex is passed on: 0, or
+	// keyPrefixHex.
+	keyHex int
 
 	stack []lexLevel // open objects and arrays
 	// Inside a string: its length so far, whether it is a key (and its
@@ -70,14 +74,20 @@ const (
 // drops.
 var elidedKeys = [][]byte{[]byte("start_key"), []byte("end_key")}
 
-// keyPrefixHex is how much of an elided member's hex is passed on: 256
+// keyPrefixHex is how much of an elided member's hex is passed on to a
+// reader that asks for keys: 256
 // bytes of a data key, far more than a row or index key's encoding, so that
 // a cut key is rare and costs at most a chunk read that a whole key would
 // have skipped.
 const keyPrefixHex = 512
 
-func newMetaLexer(r io.Reader) *metaLexer {
-	return &metaLexer{src: bufio.NewReaderSize(r, 64<<10), key: make([]byte, 0, 16)}
+// newMetaLexer lexes r; keys passes on a prefix of the files' keys.
+func newMetaLexer(r io.Reader, keys bool) *metaLexer {
+	l := &metaLexer{src: bufio.NewReaderSize(r, 64<<10), key: make([]byte, 0, 16)}
+	if keys {
+		l.keyHex = keyPrefixHex
+	}
+	return l
 }
 
 // errMetaTooLarge is a meta object over maxMetaSize.
@@ -132,7 +142,7 @@ func (l *metaLexer) Read(p []byte) (int, error) {
 // starts a string's rest (no quote, no backslash), checked as stringByte
 // checks them one by one, and returns its length and how many bytes it
 // wrote to out (0, 0: no such run, or the bytes need the slow path).
-// Elided bytes past keyPrefixHex are checked, not copied.
+// Elided bytes past keyHex are checked, not copied.
 func (l *metaLexer) span(in, out []byte) (int, int) {
 	if !l.inString {
 		k := l.scalarSpan(in, out)
@@ -146,12 +156,12 @@ func (l *metaLexer) span(in, out []byte) (int, int) {
 		for k < len(in) && isLowerHex(in[k]) {
 			k++
 		}
-		if l.strLen >= keyPrefixHex {
+		if l.strLen >= l.keyHex {
 			l.strLen += k
 			return k, 0
 		}
 		// The prefix passed on: no more than out holds.
-		k = min(k, keyPrefixHex-l.strLen, len(out))
+		k = min(k, l.keyHex-l.strLen, len(out))
 		if k == 0 || !l.element(k) {
 			return 0, 0
 		}
@@ -303,7 +313,7 @@ func (l *metaLexer) stringByte(c byte) (bool, error) {
 		if !isLowerHex(c) {
 			return false, fmt.Errorf("a key that is not lowercase hex (%q)", c)
 		}
-		return l.strLen <= keyPrefixHex, nil
+		return l.strLen <= l.keyHex, nil
 	}
 	if l.strLen > maxMetaString {
 		return false, fmt.Errorf("a string of more than %d KiB", maxMetaString>>10)

@@ -109,7 +109,7 @@ func (p *restorePlan) job(dataPath string, i int, f *FileMeta) (chunkJob, bool) 
 // each reads the metas again, in order, and sends every job of the plan.
 func (p *restorePlan) each(ctx context.Context, send func(chunkJob) error) error {
 	for _, mp := range p.o.MetaPaths {
-		_, err := streamFlowMeta(ctx, p.o.Bucket, p.o.Flow, mp, nil, func(m *Meta, i int, f *FileMeta) error {
+		_, err := streamFlowMeta(ctx, p.o.Bucket, p.o.Flow, mp, !p.o.Keys.All(), nil, func(m *Meta, i int, f *FileMeta) error {
 			if j, ok := p.job(m.DataPath, i, f); ok {
 				return send(j)
 			}
@@ -186,7 +186,7 @@ func planRestore(ctx context.Context, o *RestoreOptions) (*restorePlan, error) {
 	)
 	err = forEach(ctx, len(o.MetaPaths), o.Parallel, func(ctx context.Context, k int) error {
 		s := planScan{minBegin: map[int64]uint64{}, defMax: map[int64][]uint64{}}
-		_, err := streamFlowMeta(ctx, o.Bucket, o.Flow, o.MetaPaths[k], nil, func(m *Meta, i int, f *FileMeta) error {
+		_, err := streamFlowMeta(ctx, o.Bucket, o.Flow, o.MetaPaths[k], !o.Keys.All(), nil, func(m *Meta, i int, f *FileMeta) error {
 			s.file(p, m.DataPath, i, f)
 			return nil
 		})

@@ -315,7 +315,7 @@ func (v *verifier) meta(ctx context.Context, mp string, listers []int, jobs chan
 				return nil
 			}
 			j := sharedJob{chunkJob: chunkJob{path: hdr.DataPath, index: idx, f: *f}, flows: holders}
-			j.f.FlowIDs, j.f.StartKey, j.f.EndKey = nil, "", "" // not needed: hold less per chunk
+			j.f.FlowIDs = nil
 			select {
 			case jobs <- j:
 				return nil
