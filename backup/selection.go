@@ -38,16 +38,19 @@ type Selection struct {
 }
 
 // ErrEmptySelection is wrapped by Validate for a selection that can hold no
-// key: a start key not before the end key, or a table of Tables none of
-// whose keys lies in the key range.
+// key: a start key not before the end key, a key range that holds no table
+// key, or a table of Tables none of whose keys lies in the key range.
 var ErrEmptySelection = errors.New("the selection holds no key")
 
-// Validate checks that s can hold keys: StartKey before EndKey, and every
-// table of Tables with a key in the range. The error wraps
-// ErrEmptySelection.
+// Validate checks that s can hold keys: StartKey before EndKey, a range
+// that holds table keys, and every table of Tables with a key in the
+// range. The error wraps ErrEmptySelection.
 func (s Selection) Validate() error {
 	if err := s.Keys().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrEmptySelection, err)
+	}
+	if !s.Keys().HoldsTableKeys() {
+		return fmt.Errorf("%w: no table key lies in [%x, %x) (table keys start with 74, then the 8-byte table id)", ErrEmptySelection, s.StartKey, s.EndKey)
 	}
 	var out []int64
 	for id, ok := range s.Tables {
@@ -132,6 +135,9 @@ func (c *SelectionFlags) Selection() (Selection, error) {
 		return Selection{}, fmt.Errorf("--start-key %s is not before --end-key %s: the range [start, end) holds no key", c.StartKey, c.EndKey)
 	}
 	if err := s.Validate(); err != nil {
+		if c.Tables == "" {
+			return Selection{}, fmt.Errorf("--start-key/--end-key: %w", err)
+		}
 		return Selection{}, fmt.Errorf("--tables %s and --start-key/--end-key: %w", c.Tables, err)
 	}
 	return s, nil

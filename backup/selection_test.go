@@ -320,6 +320,9 @@ func TestSelectionValidate(t *testing.T) {
 		{"start past end", backup.Selection{StartKey: event.RowKey(2, 6), EndKey: event.RowKey(2, 5)}, false},
 		{"table outside range", backup.Selection{Tables: map[int64]bool{1: true, 2: true}, StartKey: event.RowKey(2, 5)}, false},
 		{"end at the table's first key", backup.Selection{Tables: map[int64]bool{3: true}, EndKey: event.TablePrefix(3)}, false},
+		{"below every table", backup.Selection{EndKey: []byte("t")}, false},
+		{"past every table", backup.Selection{StartKey: []byte("u")}, false},
+		{"from a short t key", backup.Selection{StartKey: []byte("t")}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.sel.Validate()
@@ -336,6 +339,7 @@ func TestSelectionValidate(t *testing.T) {
 		{backup.SelectionFlags{EndKey: "abc"}, `--end-key: "abc" is not a hex raw key`},
 		{backup.SelectionFlags{StartKey: "7402", EndKey: "7401"}, "--start-key 7402 is not before --end-key 7401"},
 		{backup.SelectionFlags{Tables: "1,x"}, `--tables: "x" is not a table id`},
+		{backup.SelectionFlags{EndKey: "6d"}, "--start-key/--end-key: the selection holds no key: no table key lies in [, 6d)"},
 		{backup.SelectionFlags{Tables: "1", StartKey: fmt.Sprintf("%x", event.TablePrefix(2))}, "table 1 has no key in"},
 	} {
 		if _, err := tc.flags.Selection(); err == nil || !strings.Contains(err.Error(), tc.err) {

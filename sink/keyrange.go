@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/flowlog/flowlog/event"
 )
@@ -53,6 +54,14 @@ func (r KeyRange) HoldsTable(id int64) bool {
 	low := len(r.Start) == 0 || bytes.Compare(r.Start, p) <= 0 || bytes.HasPrefix(r.Start, p)
 	// The prefix itself is the table's smallest possible key.
 	return low && (len(r.End) == 0 || bytes.Compare(p, r.End) < 0)
+}
+
+// HoldsTableKeys reports whether some key of some table lies in r: table
+// keys are exactly the keys from event.TablePrefix(math.MinInt64) ('t' and
+// eight zero bytes) up to "u".
+func (r KeyRange) HoldsTableKeys() bool {
+	return (len(r.End) == 0 || bytes.Compare(r.End, event.TablePrefix(math.MinInt64)) > 0) &&
+		(len(r.Start) == 0 || bytes.Compare(r.Start, []byte("u")) < 0)
 }
 
 // encoded is r with its bounds memcomparable-encoded, to compare data keys

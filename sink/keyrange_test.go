@@ -55,6 +55,17 @@ func TestKeyRange(t *testing.T) {
 			t.Errorf("%x: Holds and holds of its encoding and data key disagree or are not %v", tc.raw, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		r    KeyRange
+		want bool
+	}{
+		{KeyRange{}, true}, {KeyRange{End: []byte("t")}, false}, {KeyRange{Start: []byte("u")}, false},
+		{KeyRange{Start: []byte("t")}, true}, {KeyRange{End: []byte("t\x00\x00\x00\x00\x00\x00\x00\x00\x01")}, true}, {KeyRange{Start: []byte("m"), End: []byte("n")}, false},
+	} {
+		if got := tc.r.HoldsTableKeys(); got != tc.want {
+			t.Errorf("HoldsTableKeys of [%q, %q) = %v, want %v", tc.r.Start, tc.r.End, got, tc.want)
+		}
+	}
 	if err := (KeyRange{Start: row(2, 1), End: row(2, 1)}).Validate(); !errors.Is(err, ErrEmptyKeyRange) {
 		t.Errorf("Validate of an empty range = %v", err)
 	}
