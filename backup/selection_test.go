@@ -98,7 +98,12 @@ func selectiveBackup(t *testing.T, rd *testenv.Redis, g *testenv.GCS, name strin
 // counter, and returns the files written, the result and the bytes read.
 func selRestore(t *testing.T, e *backuptest.Env, ts uint64, sel backup.Selection, logOnly bool) (map[string]string, backup.RestoreResult, int64) {
 	t.Helper()
-	src := e.Source()
+	return selRestoreFrom(t, e.Source(), ts, sel, logOnly)
+}
+
+// selRestoreFrom is selRestore from src.
+func selRestoreFrom(t *testing.T, src backup.Source, ts uint64, sel backup.Selection, logOnly bool) (map[string]string, backup.RestoreResult, int64) {
+	t.Helper()
 	rc := sinktest.NewReadCounter(src.Bucket)
 	src.Bucket = rc
 	out := filepath.Join(t.TempDir(), "out")
@@ -268,6 +273,23 @@ func TestSelectiveRestore(t *testing.T) {
 					}
 				}
 			})
+
+			if v2 { // layout v1 is restorable with Redis only
+				t.Run("from the bucket alone", func(t *testing.T) {
+					e.WriteCatalog(t, 1, 1)
+					bucket := backup.Source{Store: &backup.BucketStore{Bucket: e.Bucket, Prefix: e.Prefix, Group: backuptest.Group},
+						Bucket: e.Bucket, Prefix: e.Prefix, Group: backuptest.Group}
+					for _, sel := range []backup.Selection{
+						{Tables: map[int64]bool{4: true}},
+						{StartKey: event.RowKey(3, 450), EndKey: event.RowKey(5, 700)},
+						{Tables: map[int64]bool{7: true}, EndKey: event.RowKey(7, 100)},
+					} {
+						want, _, _ := selRestore(t, e, ckpt, sel, false)
+						got, _, _ := selRestoreFrom(t, bucket, ckpt, sel, false)
+						checkFiles(t, got, want)
+					}
+				})
+			}
 
 			t.Run("at an earlier ts", func(t *testing.T) {
 				ts := e.TS(25 * time.Minute) // between the snapshot and the checkpoint
