@@ -24,7 +24,8 @@ type RestoreOptions struct {
 	// Tables restricts the restore to these table ids; nil means all.
 	Tables map[int64]bool
 	// Keys restricts the restore to the raw keys of this range (the zero
-	// KeyRange: all). A table none of whose keys lies in it is not
+	// KeyRange: all); an empty range fails with an error wrapping
+	// ErrEmptyKeyRange. A table none of whose keys lies in it is not
 	// restored, and gets no file even if listed in Tables; only the log
 	// chunks and snapshot chunks whose key range overlaps it are read, and
 	// only the keys in it are written.
@@ -137,6 +138,9 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreStats, error) {
 	var st RestoreStats
 	o.defaults()
 	if err := o.Flow.validate(); err != nil {
+		return st, fmt.Errorf("restore: %w", err)
+	}
+	if err := o.Keys.Validate(); err != nil {
 		return st, fmt.Errorf("restore: %w", err)
 	}
 	if err := checkOutDir(o.OutDir, o.Force); err != nil {
