@@ -25,6 +25,10 @@ const (
 	triggerShutdown = "shutdown"
 	triggerRequest  = "request"
 	triggerFiles    = "files"
+	// triggerCaughtUp ends a catch-up: the backlog that made cycles freeze
+	// by size has been read to the end (docs/OPERATING.md, "Flush
+	// triggers").
+	triggerCaughtUp = "caught_up"
 )
 
 // session is one membership of the consumer group: a kgo client, the
@@ -62,6 +66,12 @@ type session struct {
 
 	statusMu   sync.Mutex   // guards lastStatus
 	lastStatus partSnapshot // the partitions as Status last read them
+
+	// behind is set when a cycle froze by size while at least as many
+	// records again still waited in Kafka: the session is reading a
+	// backlog, and the cycle after it freezes as soon as the backlog is
+	// read (caughtUp), not at the interval.
+	behind bool
 
 	lateLogged time.Time // when late events were last logged
 	lateCount  int       // late events since then
@@ -256,6 +266,8 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 		s.freeze(triggerRequest, req)
 	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
+	case s.caughtUp():
+		s.freeze(triggerCaughtUp)
 	case time.Since(s.last) >= c.cfg.cycleInterval() && !s.fl.full():
 		s.freeze(triggerInterval)
 	}
@@ -503,6 +515,7 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
 	s.last = now
 
+	s.trackBacklog(trigger)
 	files, mem := gen.seal() // the cycle holds no file open while it waits
 	cyc := &cycle{
 		seq:     c.cycleSeq.Add(1),
@@ -769,4 +782,52 @@ func (s *session) updateGauges(ctx context.Context) {
 		l := flowLabel(f.Info.CatalogName, f.Info.FlowName)
 		c.m.tempBytes.WithLabelValues(l).Set(per[l])
 	}
+}
+
+// trackBacklog updates behind as a cycle freezes, before the partitions'
+// cycle offsets move on. A cycle frozen by size with at least its own
+// number of records still waiting means a backlog; one frozen by the
+// interval or at the end of a backlog means none. Steady traffic, however
+// heavy, freezes by size with little waiting, so it never counts as a
+// backlog and keeps its full-size objects. Must hold s.mu.
+func (s *session) trackBacklog(trigger string) {
+	switch trigger {
+	case triggerSize, triggerFiles:
+		var routed, waiting int64
+		for _, ps := range s.parts {
+			if ps.next < 0 {
+				continue
+			}
+			if ps.cycleFrom >= 0 {
+				routed += ps.next - ps.cycleFrom
+			}
+			waiting += max(ps.hwm-ps.next, 0)
+		}
+		if routed > 0 && waiting >= routed {
+			s.behind = true
+		}
+	case triggerInterval, triggerCaughtUp:
+		s.behind = false
+	}
+}
+
+// caughtUp is the catch-up trigger: the session was reading a backlog,
+// every partition it owns has now been read up to its high watermark, and
+// the files hold at least an eighth of --flush-size (so the end of a
+// backlog makes one object worth its requests, never a trickle of tiny
+// ones). Without it the last cycle of a catch-up waits for the interval
+// with nothing left to read. Must hold s.mu.
+func (s *session) caughtUp() bool {
+	return s.behind && s.gen.cost() >= int64(s.c.cfg.FlushSize)/8 && s.drained()
+}
+
+// drained reports whether every partition the session owns has been read up
+// to the high watermark its last fetch reported. Must hold s.mu.
+func (s *session) drained() bool {
+	for _, ps := range s.parts {
+		if ps.next >= 0 && ps.hwm > ps.next {
+			return false
+		}
+	}
+	return true
 }
