@@ -59,7 +59,7 @@ func TestReplayCoverageWindows(t *testing.T) {
 	}
 	left = nil
 	_, err = replay.Run(context.Background(), e.Source(), target(t, k, "none"), replay.Request{Flow: flow, MaxClockSkew: backuptest.Skew, Topic: "none",
-		Notify: notify, Tables: map[int64]bool{2: true}})
+		Notify: notify, Selection: backup.Selection{Tables: map[int64]bool{2: true}}})
 	var un *backup.UncoveredError
 	if !errors.As(err, &un) || len(left) != 1 || left[0].Table != 2 {
 		t.Fatalf("replay of table 2 alone: %v, left out %+v; want an UncoveredError", err, left)

@@ -56,13 +56,14 @@ func (j *job) class() int {
 func (j *job) effLo() uint64 { return max(j.f.MinTS, j.lo) }
 
 // readCycles streams the flow's metas in list order and keeps, of each,
-// its offsets and the chunks pick chooses.
-func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string, pick func(dataPath string, i int, fm *sink.FileMeta) (job, bool, job, bool)) ([]cycle, error) {
+// its offsets and the chunks pick chooses (with a prefix of their keys if
+// keys is set).
+func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string, keys bool, pick func(dataPath string, i int, fm *sink.FileMeta) (job, bool, job, bool)) ([]cycle, error) {
 	cycles := make([]cycle, len(paths))
 	for k, p := range paths {
 		c := &cycles[k]
 		c.index, c.path = k, p
-		err := sink.StreamFlowMeta(ctx, b, f, p, func(m *sink.Meta) error {
+		err := sink.StreamFlowMeta(ctx, b, f, p, keys, func(m *sink.Meta) error {
 			c.offsets = slices.Clone(m.Offsets)
 			return nil
 		}, func(m *sink.Meta, i int, fm *sink.FileMeta) error {
