@@ -8,7 +8,9 @@
 //
 // Exactly what a restore at To reads, by the same rules (backup.PlanRead):
 // the flow, To checked against the checkpoint and the clock, the metas
-// listed after the checkpoint was read, and for each selected table the
+// listed after the checkpoint was read, the selection (backup.Selection:
+// tables and raw key range, chunks that cannot hold a selected key never
+// fetched, keys outside the range dropped), and for each selected table the
 // coverage window that holds To (tables without one are left out and
 // named; none left is refused). Log mode sends every event of those
 // windows with From < ts <= To, and the default-CF values at or before

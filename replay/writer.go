@@ -54,7 +54,6 @@ type writer struct {
 	json    bool
 	lim     *limiter
 	seq     int64
-	buf     []byte
 	res     *Result
 	regions map[uint64]bool
 }
