@@ -22,12 +22,12 @@ type ReadPlan struct {
 	TruncatedBefore uint64
 }
 
-// PlanRead decides what a read of req as of its ts, of the tables only
-// (nil: all), may read. Tables left out are reported as LeftOut events;
+// PlanRead decides what a read of req as of its ts, of the selection sel,
+// may read (sel's tables; a table outside it is neither read nor reported). Tables left out are reported as LeftOut events;
 // none left fails with an *UncoveredError, a ts below the truncation point
 // with a *TruncatedError. Without snapshots (logOnly) Snapshots is nil.
 // Whatever it found before a failure is returned with it.
-func PlanRead(ctx context.Context, src Source, req Request, only map[int64]bool, logOnly bool) (ReadPlan, error) {
+func PlanRead(ctx context.Context, src Source, req Request, sel Selection, logOnly bool) (ReadPlan, error) {
 	var p ReadPlan
 	at, err := locate(ctx, src, req)
 	p.Flow, p.TS, p.Metas = at.flow, at.ts, at.metas
@@ -35,7 +35,7 @@ func PlanRead(ctx context.Context, src Source, req Request, only map[int64]bool,
 		return p, err
 	}
 	report(req.Notify, TSChosen{Flow: p.Flow, TS: p.TS})
-	if p.Windows, err = restorable(ctx, src.Store, p.Flow, only, p.TS, at.bound, req.Notify); err != nil {
+	if p.Windows, err = restorable(ctx, src.Store, p.Flow, sel, p.TS, at.bound, req.Notify); err != nil {
 		return p, err
 	}
 	if !logOnly {

@@ -25,27 +25,30 @@ type logRun struct {
 	progress   Progress
 }
 
-// pick chooses what chunk i of dataPath is to a log replay: a job, an
-// early candidate (a default-CF chunk whose values at or before From a
-// put in range may need), or nothing.
-func (l *logRun) pick(dataPath string, i int, f *sink.FileMeta) (j job, ok, early bool) {
+// pick chooses what chunk i of dataPath is to a log replay: a job (its
+// entries in range), an early job (a default-CF chunk with entries at or
+// before From, inside the window, which a put in range may need), both
+// (a default-CF chunk that straddles From), or nothing.
+func (l *logRun) pick(dataPath string, i int, f *sink.FileMeta) (j job, ok bool, e job, early bool) {
 	if f.IsMeta || f.NumberOfEntries == 0 {
-		return j, false, false
+		return j, false, e, false
 	}
 	w, in := l.windows[f.TableID]
 	if !in {
-		return j, false, false
+		return j, false, e, false
+	}
+	if keys := l.req.Selection.Keys(); !keys.All() && !keys.OverlapsChunk(f.StartKey, f.EndKey) {
+		return j, false, e, false
 	}
 	j = job{dataPath: dataPath, index: i, f: *f, lo: max(l.req.From, w.Since) + 1, hi: w.Until, since: w.Since}
 	j.f.StartKey, j.f.EndKey, j.f.FlowIDs = "", "", nil
-	if f.MaxTS >= j.lo && f.MinTS <= j.hi {
-		return j, true, false
-	}
+	ok = f.MaxTS >= j.lo && f.MinTS <= j.hi
 	if l.req.From > w.Since && f.CF == sink.CFDefault && f.Op == sink.OpPut && f.MinTS < j.lo && f.MaxTS > w.Since {
-		j.early, j.lo, j.hi = true, w.Since+1, j.lo-1
-		return j, false, true
+		e = j
+		e.early, e.lo, e.hi = true, w.Since+1, j.lo-1
+		early = true
 	}
-	return j, false, false
+	return j, ok, e, early
 }
 
 // collectNeeded reads the write-CF put chunks in range that may reference
@@ -62,7 +65,7 @@ func (l *logRun) collectNeeded(ctx context.Context, jobs []job) error {
 	return readAhead(ctx, l.b, scan, l.req.Parallel, l.req.MaxMemory/2, func(i int, data []byte) error {
 		j := &scan[i]
 		return eachEntry(j, data, func(key, value []byte, ts uint64) error {
-			if ts < j.lo || ts > j.hi {
+			if ts < j.lo || ts > j.hi || !l.selected(key) {
 				return nil
 			}
 			w, err := event.DecodeWrite(value)
@@ -87,6 +90,17 @@ func (l *logRun) collectNeeded(ctx context.Context, jobs []job) error {
 			return nil
 		})
 	})
+}
+
+// selected reports whether the data key's raw key lies in the selection's
+// key range (a chunk that overlaps the range may hold keys outside it).
+func (l *logRun) selected(dataKey []byte) bool {
+	keys := l.req.Selection.Keys()
+	if keys.All() {
+		return true
+	}
+	raw, _, err := event.DecodeDataKey(dataKey)
+	return err == nil && keys.Holds(raw)
 }
 
 // tsSuffix is the last 8 bytes of a data key at ts: BE64(^ts).
@@ -135,7 +149,7 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: l.batch.Events[:0]}
 	l.batchBytes = 0
 	err := eachEntry(j, data, func(key, value []byte, ts uint64) error {
-		if ts < j.lo || ts > j.hi || j.early && !l.needed[string(key)] {
+		if ts < j.lo || ts > j.hi || j.early && !l.needed[string(key)] || !l.selected(key) {
 			return nil
 		}
 		if l.batchBytes > 0 && l.batchBytes+len(key)+len(value) > maxBatchEvents {

@@ -56,21 +56,22 @@ func (j *job) class() int {
 func (j *job) effLo() uint64 { return max(j.f.MinTS, j.lo) }
 
 // readCycles streams the flow's metas in list order and keeps, of each,
-// its offsets and the chunks pick chooses.
-func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string, pick func(dataPath string, i int, fm *sink.FileMeta) (job, bool, bool)) ([]cycle, error) {
+// its offsets and the chunks pick chooses (with a prefix of their keys if
+// keys is set).
+func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string, keys bool, pick func(dataPath string, i int, fm *sink.FileMeta) (job, bool, job, bool)) ([]cycle, error) {
 	cycles := make([]cycle, len(paths))
 	for k, p := range paths {
 		c := &cycles[k]
 		c.index, c.path = k, p
-		err := sink.StreamFlowMeta(ctx, b, f, p, func(m *sink.Meta) error {
+		err := sink.StreamFlowMeta(ctx, b, f, p, keys, func(m *sink.Meta) error {
 			c.offsets = slices.Clone(m.Offsets)
 			return nil
 		}, func(m *sink.Meta, i int, fm *sink.FileMeta) error {
-			j, ok, early := pick(m.DataPath, i, fm)
-			switch {
-			case early:
-				c.early = append(c.early, j)
-			case ok:
+			j, ok, e, early := pick(m.DataPath, i, fm)
+			if early {
+				c.early = append(c.early, e)
+			}
+			if ok {
 				c.jobs = append(c.jobs, j)
 			}
 			return nil

@@ -29,10 +29,13 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 
 // limiter bounds the bytes per second sent: a token bucket of rate bytes
 // per second holding at most half a second's worth (the burst). A record
-// waits until the bucket holds its size; one larger than the burst waits
-// until the bucket, allowed to fill up to that size for it, does: so no
-// record goes out faster than the rate, and over any window of w seconds
-// at most rate*w + burst bytes go out, within 5% of the rate over 10 s.
+// waits until the bucket holds its size; one larger than the burst
+// forfeits what the bucket holds and waits until it filled up to its size
+// from empty: so no record goes out faster than the rate, and over any
+// window of w seconds of records up to the burst at most rate*w + burst
+// bytes go out, within 5% of the rate over 10 s. (A record is counted when
+// it is handed to the producer; one larger than a second's worth of the
+// rate exceeds a 10 s window's bound by itself however it is spaced.)
 type limiter struct {
 	rate   float64 // bytes per second; 0: unbounded
 	burst  float64
@@ -54,10 +57,16 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 		return nil
 	}
 	need := float64(n)
-	for {
+	big := need > l.burst
+	for first := true; ; first = false {
 		now := l.clock.Now()
 		l.tokens = min(l.tokens+now.Sub(l.last).Seconds()*l.rate, max(l.burst, need))
 		l.last = now
+		if big && first {
+			// A record larger than the burst forfeits it: it goes out no
+			// sooner than its size takes at the rate.
+			l.tokens = min(l.tokens, 0)
+		}
 		if l.tokens >= need {
 			l.tokens -= need
 			return nil

@@ -1,8 +1,11 @@
 package replay
 
 import (
-	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
 	"sync"
 
 	"github.com/flowlog/flowlog/sink"
@@ -68,7 +71,7 @@ func readAhead(ctx context.Context, b sink.Bucket, jobs []job, parallel int, mem
 	go func() {
 		defer close(slots)
 		for i := range jobs {
-			taken, ok := bud.take(ctx, jobs[i].f.RawLength+1)
+			taken, ok := bud.take(ctx, jobs[i].f.RawLength)
 			if !ok {
 				return
 			}
@@ -115,16 +118,32 @@ func readAhead(ctx context.Context, b sink.Bucket, jobs []job, parallel int, mem
 	return ctx.Err()
 }
 
+// readChunk reads a job's chunk whole and checked. The buffer is sized by
+// the meta's raw_length plus one byte, to see the end: one allocation for
+// a chunk up to 64 MiB, and never more than raw_length is asked for on the
+// meta's word alone (a larger one grows with the bytes really read).
 func readChunk(ctx context.Context, b sink.Bucket, j *job) ([]byte, error) {
 	r, err := sink.OpenChunk(ctx, b, j.dataPath, j.index, j.f)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	var out bytes.Buffer
-	out.Grow(int(min(j.f.RawLength+1, 64<<20)))
-	if _, err := out.ReadFrom(r); err != nil {
-		return nil, err
+	raw := j.f.RawLength
+	buf := make([]byte, 0, min(raw, 64<<20)+1)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > raw {
+				return nil, fmt.Errorf("chunk %d of %s: more than its raw_length %d bytes", j.index, j.dataPath, raw)
+			}
+			buf = slices.Grow(buf, int(min(raw+1-int64(len(buf)), int64(len(buf)))))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return out.Bytes(), nil
 }

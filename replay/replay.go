@@ -35,7 +35,7 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 		return res, err
 	}
 	plan, err := backup.PlanRead(ctx, src, backup.Request{Flow: req.Flow, TS: req.To, MaxClockSkew: req.MaxClockSkew, Notify: req.Notify},
-		req.Tables, req.Mode == ModeLog)
+		req.Selection, req.Mode == ModeLog)
 	res.Flow, res.To = plan.Flow, plan.TS
 	if err != nil {
 		return res, err
@@ -44,7 +44,7 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 		return res, &RangeError{From: res.From, To: res.To}
 	}
 	res.Tables = slices.Sorted(maps.Keys(plan.Windows))
-	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Format, req.Topic)
+	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Selection.StartKey, req.Selection.EndKey, req.Format, req.Topic)
 	parts, err := t.Partitions(ctx)
 	if err != nil {
 		return res, err
@@ -76,7 +76,7 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 func runLog(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadPlan, req *Request, w *writer) error {
 	l := &logRun{req: req, b: b, w: w, windows: plan.Windows, needed: map[string]bool{}, minNeeded: map[int64]uint64{}, resolved: map[uint64]uint64{}}
 	req.To = plan.TS
-	cycles, err := readCycles(ctx, b, f, plan.Metas, l.pick)
+	cycles, err := readCycles(ctx, b, f, plan.Metas, !req.Selection.Keys().All(), l.pick)
 	if err != nil {
 		return err
 	}

@@ -34,9 +34,11 @@ type Request struct {
 	Flow         backup.Lookup
 	MaxClockSkew time.Duration
 	Notify       func(backup.Event)
-	// Tables restricts the replay to these table ids; nil means all.
-	Tables map[int64]bool
-	Mode   Mode
+	// Selection is what is replayed: the tables (nil Tables: all) and the
+	// raw key range, as restore applies them (backup.Selection). It must
+	// pass Validate.
+	Selection backup.Selection
+	Mode      Mode
 	// From is the ts after which log events are replayed (0: from the
 	// start of the backup); To is the ts replayed up to (0: the flow's
 	// checkpoint, which it may not exceed).
@@ -119,6 +121,9 @@ func (r *Request) Validate() error {
 	}
 	if r.To != 0 && r.From >= r.To {
 		return fmt.Errorf("from %d is not before to %d", r.From, r.To)
+	}
+	if err := r.Selection.Validate(); err != nil {
+		return err
 	}
 	if r.Rate < 0 {
 		return fmt.Errorf("rate %d: must not be negative", r.Rate)

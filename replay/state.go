@@ -44,7 +44,7 @@ func runState(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadP
 	}
 	var prog Progress
 	_, err := sink.ReadState(ctx, sink.RestoreOptions{
-		Bucket: b, Flow: f, MetaPaths: plan.Metas, TS: plan.TS, Tables: req.Tables, Windows: plan.Windows,
+		Bucket: b, Flow: f, MetaPaths: plan.Metas, TS: plan.TS, Tables: req.Selection.Tables, Keys: req.Selection.Keys(), Windows: plan.Windows,
 		TempDir: tmp, MaxMemory: req.MaxMemory - producerMemory(req.MaxMemory), Parallel: req.Parallel,
 		Snapshots: plan.Snapshots, TruncatedBefore: plan.TruncatedBefore,
 	}, func(tid int64, dataKey []byte, commitTS uint64, value []byte) error {

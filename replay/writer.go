@@ -15,11 +15,12 @@ import (
 )
 
 // RunID is the id of a replay with these arguments (the flow, the mode,
-// the resolved from and to ts, the tables, the format and the topic): the
+// the resolved from and to ts, the tables and key range, the format and
+// the topic): the
 // same arguments give the same id and, the backup being the same, the same
 // records in the same order. A run's records carry it, so that a re-run
 // finds what an interrupted one wrote.
-func RunID(flowID uint32, mode Mode, from, to uint64, tables []int64, format Format, topic string) string {
+func RunID(flowID uint32, mode Mode, from, to uint64, tables []int64, startKey, endKey []byte, format Format, topic string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "flowlog-replay v1\nflow=%d\nmode=%s\nfrom=%d\nto=%d\nformat=%s\ntopic=%s\ntables=", flowID, mode, from, to, format, topic)
 	for i, t := range tables {
@@ -27,6 +28,9 @@ func RunID(flowID uint32, mode Mode, from, to uint64, tables []int64, format For
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.FormatInt(t, 10))
+	}
+	if len(startKey) > 0 || len(endKey) > 0 {
+		fmt.Fprintf(&b, "\nkeys=%x-%x", startKey, endKey)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:8])
@@ -50,7 +54,6 @@ type writer struct {
 	json    bool
 	lim     *limiter
 	seq     int64
-	buf     []byte
 	res     *Result
 	regions map[uint64]bool
 }

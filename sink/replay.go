@@ -11,12 +11,14 @@ import (
 // if not nil, sees the meta without its files (but with its offsets) before
 // the first file; file sees each file that holds the flow's entries, with
 // its index in the meta's files, in order. Memory stays that of one file
-// entry, however many the meta lists.
-func StreamFlowMeta(ctx context.Context, b Bucket, f Flow, path string, header func(m *Meta) error, file func(m *Meta, i int, fm *FileMeta) error) error {
+// entry, however many the meta lists. With keys false the files come
+// without start_key and end_key; with keys true with a prefix of each,
+// enough for KeyRange.OverlapsChunk.
+func StreamFlowMeta(ctx context.Context, b Bucket, f Flow, path string, keys bool, header func(m *Meta) error, file func(m *Meta, i int, fm *FileMeta) error) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	_, err := streamFlowMeta(ctx, b, f, path, header, file)
+	_, err := streamFlowMeta(ctx, b, f, path, keys, header, file)
 	return err
 }
 
@@ -30,6 +32,9 @@ func ReadState(ctx context.Context, o RestoreOptions, live func(tid int64, dataK
 	var st RestoreStats
 	o.defaults()
 	if err := o.Flow.validate(); err != nil {
+		return st, fmt.Errorf("read state: %w", err)
+	}
+	if err := o.Keys.Validate(); err != nil {
 		return st, fmt.Errorf("read state: %w", err)
 	}
 	plan, err := planRestore(ctx, &o)

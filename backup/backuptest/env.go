@@ -52,6 +52,7 @@ type Env struct {
 	// backup.
 	Conn   []string
 	cycles int
+	ckpt   uint64 // the highest checkpoint CommitOffsets advanced to
 }
 
 // New creates flow default/f on tables in rd and g, under redisPrefix and
@@ -115,6 +116,22 @@ func (e *Env) Commit(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	_, path := sinktest.WriteCycle(t, e.Bucket, c)
 	e.commit(t, off, rts, path, 1)
 	e.PutObject(sink.CheckpointPath(e.Prefix, "default", "f", Group, 1), sink.EncodeCheckpoint(rts))
+}
+
+// CommitOffsets is Commit of a cycle whose meta records offsets as the
+// apply partitions' ranges it consumed (Commit records partition 0 only),
+// listed at rts. The checkpoint never moves back: a cycle listed below an
+// earlier one leaves it where it is.
+func (e *Env) CommitOffsets(t testing.TB, rts uint64, offsets []sink.OffsetRange, entries ...sinktest.Entry) {
+	t.Helper()
+	off := int64(e.cycles)
+	e.cycles++
+	c := sinktest.Cycle{Prefix: e.Prefix, Catalog: "default", Flow: "f", FlowID: 1, CycleID: fmt.Sprintf("c%d", e.cycles), ResolvedTS: rts,
+		Entries: entries, Offsets: offsets}
+	_, path := sinktest.WriteCycle(t, e.Bucket, c)
+	e.commit(t, off, rts, path, 1)
+	e.ckpt = max(e.ckpt, rts)
+	e.PutObject(sink.CheckpointPath(e.Prefix, "default", "f", Group, 1), sink.EncodeCheckpoint(e.ckpt))
 }
 
 // CommitV2 is Commit in layout v2: the cycle is a v2 one whose entries

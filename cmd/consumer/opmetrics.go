@@ -11,7 +11,7 @@ import (
 )
 
 // opMetrics are the metrics of one run of an operator command (snapshot,
-// truncate, gc). The command ends when its work does, so nothing scrapes it: the run
+// truncate, gc, replay). The command ends when its work does, so nothing scrapes it: the run
 // pushes them to a Prometheus Pushgateway (--metrics-push-url, job
 // flowlog_<command>) and/or writes them for node_exporter's textfile
 // collector (--metrics-file). Each is a gauge of the last run.
@@ -27,6 +27,8 @@ type opMetrics struct {
 	success  prometheus.Gauge
 	// snapshot only: uncompressed log bytes read.
 	readBytes *prometheus.GaugeVec
+	// replay only: records written.
+	records *prometheus.GaugeVec
 	// gc only: what each flow stores.
 	logBytes, snapBytes, garbage *prometheus.GaugeVec
 }
@@ -48,7 +50,7 @@ func (m *opMetrics) register(command string) {
 	}, []string{"flow"})
 	m.bytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "op_bytes", ConstLabels: labels,
-		Help: "Bytes of the objects the last run of an operator command deleted or wrote, by flow.",
+		Help: "Bytes of the objects the last run of an operator command deleted or wrote, or of the records it produced (replay), by flow.",
 	}, []string{"flow"})
 	m.duration = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "op_duration_seconds", ConstLabels: labels,
@@ -61,6 +63,10 @@ func (m *opMetrics) register(command string) {
 	m.readBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "op_log_read_bytes", ConstLabels: labels,
 		Help: "Uncompressed log bytes the last run of an operator command read (snapshot), by flow.",
+	}, []string{"flow"})
+	m.records = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "flowlog", Name: "op_records", ConstLabels: labels,
+		Help: "Records the last run of an operator command produced (replay; records an earlier run had written are not counted), by flow.",
 	}, []string{"flow"})
 	m.logBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "flowlog", Name: "storage_log_bytes",
@@ -80,6 +86,8 @@ func (m *opMetrics) register(command string) {
 		m.reg.MustRegister(m.readBytes)
 	case "gc":
 		m.reg.MustRegister(m.logBytes, m.snapBytes, m.garbage)
+	case "replay":
+		m.reg.MustRegister(m.records)
 	}
 }
 

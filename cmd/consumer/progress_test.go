@@ -40,7 +40,7 @@ func runOnTerminal(t *testing.T, args ...string) (int, string, string) {
 	return r.code, stdout.String(), term.String()
 }
 
-// TestProgressLines: restore, snapshot, truncate and gc draw a progress
+// TestProgressLines: restore, snapshot, truncate, gc and replay draw a progress
 // line on a terminal (redrawn in place, cleared when the work ends) and
 // never on a pipe; stdout, what a script reads, never holds one.
 func TestProgressLines(t *testing.T) {
@@ -54,6 +54,7 @@ func TestProgressLines(t *testing.T) {
 	}{
 		{"restore", restoreArgs, "read "},
 		{"snapshot", append([]string{"snapshot"}, h.Args("--flow", "f", "--ts", snap, "--temp-dir", t.TempDir())...), "read "},
+		{"replay", append([]string{"replay"}, h.Args(append(replayKafka(t), "--flow", "f")...)...), "replayed "},
 		{"truncate", append([]string{"truncate"}, h.Args("--flow", "f", "--until", snap)...), "planning the truncate of flow default/f: "},
 		{"gc", append([]string{"gc"}, h.Conn...), "gc: listed "},
 	} {

@@ -21,7 +21,7 @@ type replayConfig struct {
 	FlowID     uint
 	ToTopic    string
 	ToBrokers  string
-	Tables     string
+	Select     backup.SelectionFlags
 	Mode       string
 	From       fromFlag
 	To         tsFlag
@@ -41,7 +41,7 @@ func (c *replayConfig) RegisterFlags(f *flag.FlagSet) {
 	addFlowFlags(f, &c.Flow, &c.FlowID)
 	f.StringVar(&c.ToTopic, "to-topic", "", "topic to write the ApplyBatch records to (required; it must exist)")
 	f.StringVar(&c.ToBrokers, "to-brokers", "", "brokers of --to-topic, comma separated (default: --brokers)")
-	f.StringVar(&c.Tables, "tables", "", "comma-separated table ids to replay (default: all)")
+	c.Select.RegisterFlags(f)
 	f.StringVar(&c.Mode, "mode", "log", "log: the backed-up events of (--from, --to]; state: the MVCC state at --to")
 	f.Var(&c.From, "from", "log mode: replay the events after this TSO, RFC 3339 time or negative duration ago (default 0: from the start of the backup)")
 	f.Var(&c.To, "to", "replay up to this TSO, RFC 3339 time or negative duration ago (default: the flow's checkpoint; may not exceed it)")
@@ -82,7 +82,7 @@ func (c *replayConfig) check() error {
 	case c.To.ts != 0 && c.From.ts >= c.To.ts:
 		return fmt.Errorf("--from %d is not before --to %d", c.From.ts, c.To.ts)
 	}
-	if _, err := parseTables(c.Tables); err != nil {
+	if err := c.Select.Validate(); err != nil {
 		return err
 	}
 	_, err := flowLookup(c.Flow, c.FlowID)
@@ -149,19 +149,35 @@ type replayJSON struct {
 	Tables  []int64   `json:"tables"`
 	LeftOut []leftOut `json:"left_out"`
 	Seconds float64   `json:"seconds"`
+	// Selection is what was asked for, as restore's.
+	Selection selJSON `json:"selection"`
 }
 
 // runReplayWith runs a parsed `consumer replay` into t: replay.Run decides
 // what it writes, this prints it and counts it in the metrics.
 func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t replay.Target) error {
-	tables, _ := parseTables(cfg.Tables)
+	sel, _ := cfg.Select.Selection()
 	l, _ := flowLookup(cfg.Flow, cfg.FlowID)
-	r := &reader{ts: &cfg.To, verb: "replaying", noun: "replay", tables: cfg.Tables, out: &cfg.out}
+	r := &reader{ts: &cfg.To, verb: "replaying", noun: "replay", tables: cfg.Select.Tables, out: &cfg.out}
 	progress := newProgressLine(os.Stderr)
 	start := time.Now()
 	var last replay.Progress
+	notify := func(e backup.Event) {
+		if _, ok := e.(backup.TSChosen); !ok {
+			r.notify(e)
+			return
+		}
+		for _, f := range []struct {
+			name string
+			ts   *tsFlag
+		}{{"--from", &cfg.From.tsFlag}, {"--to", &cfg.To}} {
+			if f.ts.form != "" {
+				cfg.out.printf("%s %s\n", f.name, f.ts.describe())
+			}
+		}
+	}
 	res, err := replay.Run(ctx, src, t, replay.Request{
-		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: r.notify, Tables: tables,
+		Flow: l, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify, Selection: sel,
 		Mode: replay.Mode(cfg.Mode), From: cfg.From.ts, To: cfg.To.ts, Format: replay.Format(cfg.Format), Topic: cfg.ToTopic,
 		Rate: int64(cfg.Rate), MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel, TempDir: cfg.TempDir,
 		Progress: func(p replay.Progress) {
@@ -174,10 +190,13 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	f := res.Flow
 	if res.Flow.Name != "" {
 		name := f.String()
-		cfg.metrics.objects.WithLabelValues(name).Set(float64(res.Records))
+		cfg.metrics.records.WithLabelValues(name).Set(float64(res.Records))
 		cfg.metrics.bytes.WithLabelValues(name).Set(float64(res.Bytes))
 	}
-	var re *replay.RangeError
+	var (
+		re *replay.RangeError
+		te *backup.TruncatedError
+	)
 	switch {
 	case err != nil && cli.Interrupted(ctx):
 		resume := ""
@@ -188,6 +207,10 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 			f, f.ID, cfg.ToTopic, res.Mode, res.From, res.To, last.Chunks, last.ChunksTotal, res.Records, res.Skipped, resume)
 	case errors.As(err, &re):
 		return err
+	case errors.As(err, &te) && res.Mode == replay.ModeLog && te.TS == res.From && te.Table < 0:
+		return fmt.Errorf("--from %d (%s) is before the truncation point of flow %s (id %d): the log before %d (%s) was removed; "+
+			"replay --mode state --to %d and then --mode log --from %d, or pass a --from at or after it",
+			te.TS, tsTime(te.TS), f, f.ID, te.TruncatedBefore, tsTime(te.TruncatedBefore), te.TruncatedBefore, te.TruncatedBefore)
 	case err != nil:
 		return r.explain(err)
 	}
@@ -200,5 +223,5 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	}
 	return cfg.out.result(replayJSON{Flow: flowOf(f), Mode: string(res.Mode), From: tsOf(res.From), To: tsOf(res.To), Topic: cfg.ToTopic, RunID: res.RunID,
 		Records: res.Records, Bytes: res.Bytes, Skipped: res.Skipped, Resumed: res.Skipped > 0, Regions: res.Regions, Chunks: res.Chunks,
-		Tables: nonNil(res.Tables), LeftOut: nonNil(r.leftOut), Seconds: secs})
+		Tables: nonNil(res.Tables), LeftOut: nonNil(r.leftOut), Seconds: secs, Selection: selectionOf(sel)})
 }

@@ -24,7 +24,9 @@ var commandHelp = []struct {
 	{"dev", helpText{"dev [flags]", "run everything embedded (Kafka, GCS, Redis if none) with a demo flow and load", devHelpMore}},
 	{"restore", helpText{"restore --flow F [--ts T] --out DIR [flags]", "write a flow's tables as of a timestamp",
 		"Each table goes to DIR/<table_id>.jsonl. An interrupt removes the sort files and\n" +
-			"what this run wrote: --out is left as it was before the run.\n"}},
+			"what this run wrote: --out is left as it was before the run. --tables and\n" +
+			"--start-key/--end-key select what is read: only the chunks that can hold\n" +
+			"selected keys are fetched.\n"}},
 	{"replay", helpText{"replay --flow F --to-topic X [--mode log|state] [--from A] [--to T] [flags]", "republish a flow's backup into Kafka as ApplyBatch records, exactly once",
 		"--mode log republishes the events of (--from, --to]; --mode state the state at --to.\n" +
 			"Re-run with the same arguments to resume: records already written are skipped.\n"}},

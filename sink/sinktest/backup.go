@@ -21,6 +21,9 @@ type Entry struct {
 	CF      string // "write" or "default"
 	Op      string // "put" or "delete"
 	IsMeta  bool
+	// RegionID is the region that sent the entry; entries of different
+	// regions go in different chunks.
+	RegionID uint64
 	// FlowIDs are the flows that routed the entry, in a layout v2 cycle
 	// (WriteCycleV2); ascending.
 	FlowIDs []uint32
@@ -38,7 +41,7 @@ type Cycle struct {
 }
 
 // WriteCycle stores c as the pipeline does: one data object with a chunk per
-// (table, cf, op, is_meta) in first-seen order, then the meta object. It
+// (table, cf, op, is_meta, region) in first-seen order, then the meta object. It
 // returns the meta and the meta object's name.
 func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 	t.Helper()
@@ -100,11 +103,12 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 		cf, op string
 		meta   bool
 		flows  string
+		region uint64
 	}
 	chunks := map[group][]Entry{}
 	var order []group
 	for _, e := range entries {
-		g := group{e.TableID, e.CF, e.Op, e.IsMeta, fmt.Sprint(e.FlowIDs)}
+		g := group{e.TableID, e.CF, e.Op, e.IsMeta, fmt.Sprint(e.FlowIDs), e.RegionID}
 		if _, ok := chunks[g]; !ok {
 			order = append(order, g)
 		}
@@ -119,7 +123,7 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 	for _, g := range order {
 		var framed []byte
 		f := sink.FileMeta{Compression: compression, TableID: g.table, CF: g.cf, Op: g.op, IsMeta: g.meta,
-			MinTS: math.MaxUint64, MinBeginTSInDefaultCF: math.MaxUint64, ResolvedTS: resolved, FlowIDs: chunks[g][0].FlowIDs}
+			MinTS: math.MaxUint64, MinBeginTSInDefaultCF: math.MaxUint64, ResolvedTS: resolved, FlowIDs: chunks[g][0].FlowIDs, RegionID: g.region}
 		var minKey, maxKey []byte
 		for _, e := range chunks[g] {
 			_, ts, err := event.SplitDataKey(e.Key)
