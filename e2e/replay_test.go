@@ -31,14 +31,14 @@ func replayRun(t *testing.T, src *replaySource, args ...string) oracleResult {
 
 // TestReplayRoundTrip checks replay's round trip (docs/RESTORE.md, "A
 // restore drill into a second flowlog") as a property, for several seeds:
-// a backup made with churn (replayChurnBackup) is replayed, `--mode state --to A` and then
-// `--mode log --from A --to T` (T the checkpoint, A inside the last load,
-// where values prewritten before A are committed after it), into the apply
-// topic of a second flowlog (its own Redis prefix, bucket prefix, group
-// and DDL topic) that backs up a flow of the same definition, created
-// before the replay. Once the second backup's checkpoint reaches T, its
-// restores at A, T and 8 random ts between equal the original's restores at
-// the same ts, byte for byte.
+// a backup made with churn (replayChurnBackup) is replayed, `--mode state
+// --to A` and then `--mode log --from A --to T` (T the checkpoint, A inside
+// the last load, where values prewritten before A are committed after it;
+// the JSON form for even seeds), into the apply topic of a second flowlog
+// (its own Redis prefix, bucket prefix, group and DDL topic) that backs up
+// a flow of the same definition, created before the replay. Once the
+// second backup's checkpoint reaches T, its restores at A, T and 8 random
+// ts between equal the original's restores at the same ts, byte for byte.
 func TestReplayRoundTrip(t *testing.T) {
 	seeds := []int64{1, 2, 3}
 	if *replaySeeds != "" {
@@ -88,13 +88,18 @@ func replayRoundTrip(t *testing.T, seed int64) {
 		return ok, fmt.Sprintf("the second flowlog has no flow rt yet (%v)", err)
 	})
 
-	// Replay: the state at A, then the log from A to T.
+	// Replay: the state at A, then the log from A to T; in the JSON form
+	// for even seeds.
+	format := "protobuf"
+	if seed%2 == 0 {
+		format = "json"
+	}
 	replayed := time.Now()
 	for _, args := range [][]string{
 		{"--mode", "state", "--to", strconv.FormatUint(A, 10)},
 		{"--mode", "log", "--from", strconv.FormatUint(A, 10), "--to", strconv.FormatUint(T, 10)},
 	} {
-		res := replayRun(t, rc.replaySource, append([]string{"--flow", "rt", "--to-topic", apply2}, args...)...)
+		res := replayRun(t, rc.replaySource, append([]string{"--flow", "rt", "--to-topic", apply2, "--format", format}, args...)...)
 		if res.code != 0 {
 			t.Fatalf("seed %d: replay %s exited %d:\n%s", seed, strings.Join(args, " "), res.code, res.out)
 		}
@@ -103,7 +108,7 @@ func replayRoundTrip(t *testing.T, seed int64) {
 		}
 	}
 	waitFlowCheckpointTS(ctx, t, store2, "rt", T, 90*time.Second)
-	t.Logf("seed %d: replayed and backed up again in %v", seed, time.Since(replayed).Round(time.Millisecond))
+	t.Logf("seed %d: replayed (%s) and backed up again in %v", seed, format, time.Since(replayed).Round(time.Millisecond))
 
 	// Restores at A, T and 8 ts between, of both backups.
 	conn2 := []string{"--redis-url", c.Redis.URL, "--redis-prefix", prefix2, "--gcs-bucket", c.GCS.Bucket,
