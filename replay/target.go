@@ -39,13 +39,12 @@ type Target interface {
 	Flush(ctx context.Context) error
 }
 
-// maxRecordBytes is the largest record batch the producer sends: room for
-// an entry of the pipeline's largest key and value (8 MiB each) in JSON.
-const maxRecordBytes = 24 << 20
-
 // KafkaTarget writes to a topic with franz-go's idempotent producer:
 // records of a partition are written in order and once, across retries,
-// and a failure fails every later record of the partition with it.
+// and a failure fails every later record of the partition with it. Its
+// record batches are franz-go's default at most, about 1 MB, which Kafka's
+// default max.message.bytes takes: a record with an event larger than
+// that fails the replay (the records hold about 256 KiB of events each).
 type KafkaTarget struct {
 	cl    *kgo.Client
 	opts  []kgo.Opt
@@ -58,10 +57,7 @@ type KafkaTarget struct {
 // with at most maxBuffered bytes of records queued.
 func NewKafkaTarget(topic string, maxBuffered int64, opts ...kgo.Opt) (*KafkaTarget, error) {
 	all := append(cloneOpts(opts), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()),
-		// A record holds one event larger than a batch's 256 KiB alone: the
-		// client never refuses it, the topic's max.message.bytes decides.
-		kgo.ProducerBatchMaxBytes(maxRecordBytes))
+		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
