@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -135,6 +136,9 @@ func (t *KafkaTarget) Written(ctx context.Context, run string) (map[int32]int64,
 	return out, nil
 }
 
+// tailIdle is how long a tail scan waits for more records of a span.
+const tailIdle = 5 * time.Second
+
 // scan reads the offsets [from, end) of each partition and returns the
 // highest seq of run in each.
 func (t *KafkaTarget) scan(ctx context.Context, run string, spans map[int32][2]int64) (map[int32]int64, error) {
@@ -152,12 +156,24 @@ func (t *KafkaTarget) scan(ctx context.Context, run string, spans map[int32][2]i
 	left := len(spans)
 	done := map[int32]bool{}
 	for left > 0 {
-		fs := cl.PollFetches(ctx)
+		// A span may end in offsets that hold no record to deliver (a
+		// transaction marker, a compacted gap): a poll that brings nothing
+		// for tailIdle ends the scan.
+		pctx, cancel := context.WithTimeout(ctx, tailIdle)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if fs.NumRecords() == 0 && pctx.Err() != nil {
+			break
+		}
 		var ferr error
-		fs.EachError(func(_ string, p int32, err error) { ferr = fmt.Errorf("read partition %d of %s: %w", p, t.topic, err) })
+		fs.EachError(func(_ string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("read partition %d of %s: %w", p, t.topic, err)
+			}
+		})
 		if ferr != nil {
 			return nil, ferr
 		}
