@@ -74,9 +74,15 @@ func TestReplayCommandJSON(t *testing.T) {
 	}
 }
 
-// TestReplayCommandUsage: a bad command line exits 2 with a message that
-// names the flag.
+// TestReplayCommandUsage: `replay -h` prints replay's help on stdout in
+// the shared style, with only the Kafka flags it uses; a bad command line
+// exits 2 with a message that names the flag.
 func TestReplayCommandUsage(t *testing.T) {
+	h := runConsumer(t, time.Minute, nil, "replay", "-h")
+	if h.code != 0 || !strings.HasPrefix(h.stdout, "usage: consumer replay --flow F --to-topic X") || !strings.Contains(h.stdout, "\nKafka:\n  --brokers") ||
+		!strings.Contains(h.stdout, "--start-key") || strings.Contains(h.stdout, "--apply-topic") || h.stderr != "" {
+		t.Errorf("replay -h: exit %d, stdout:\n%s\nstderr:\n%s", h.code, h.stdout, h.stderr)
+	}
 	for _, tc := range []struct {
 		args   []string
 		errSub string
