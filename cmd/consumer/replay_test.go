@@ -239,3 +239,14 @@ func TestReplayCommandFromBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayCommandNoTopic: a target topic that does not exist fails the
+// replay, which writes nothing and says to create it.
+func TestReplayCommandNoTopic(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	k := replayKafka(t)
+	_, err := runIn(t, e.Conn, "replay", k[0], k[1], "--to-topic", "missing", "--flow", "f")
+	if err == nil || !strings.Contains(err.Error(), "topic missing does not exist: create it first") {
+		t.Errorf("replay into a missing topic: %v", err)
+	}
+}
