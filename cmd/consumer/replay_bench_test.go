@@ -13,13 +13,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// BenchmarkReplayCommand: `consumer replay --mode log` of the snapshot
+// BenchmarkReplayCommand: `consumer replay`, --mode log and state, of the snapshot
 // benchmarks' flow (-snapbench-mib of log) into an in-process broker, as a
 // process with --max-memory 64MiB. It reports the records' MB/s and the
 // process's peak RSS (VmHWM), and fails if that passes --max-memory + 64
 // MiB.
 func BenchmarkReplayCommand(b *testing.B) {
 	sb := newSnapBench(b)
+	for _, mode := range []string{"log", "state"} {
+		b.Run(mode, func(b *testing.B) { benchReplayCommand(b, sb, mode) })
+	}
+}
+
+func benchReplayCommand(b *testing.B, sb *snapBench, mode string) {
 	const maxMemory = 64
 	for i := 0; b.Loop(); i++ {
 		topic := fmt.Sprintf("out%d", i)
@@ -29,7 +35,7 @@ func BenchmarkReplayCommand(b *testing.B) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		args := append([]string{"replay", "--flow", "f", "--to-topic", topic, "--brokers", strings.Join(c.ListenAddrs(), ","),
-			"--max-memory", fmt.Sprintf("%dMiB", maxMemory), "--json"}, sb.conn...)
+			"--max-memory", fmt.Sprintf("%dMiB", maxMemory), "--json", "--mode", mode, "--temp-dir", b.TempDir()}, sb.conn...)
 		cmd := consumerCmd(ctx, "", []string{"GOMEMLIMIT="}, args...)
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
