@@ -329,8 +329,8 @@ func (s *session) clientOpts() ([]kgo.Opt, error) {
 //     all in step 1; after a failure they are consumed again).
 //  7. Unpublish the session and close stopped: POST /flush no longer
 //     reaches it, and a Flush waiting to hand it a request returns.
-//  8. Close the batch decompressor (its zstd decoders' goroutines): only
-//     now, since the client decompresses fetches until step 5 returns.
+//  8. Close the batch decompressor (its pooled zstd decoders): only now,
+//     since the client decompresses fetches until step 5 returns.
 //
 // When end returns, nothing the session started still runs.
 func (s *session) end(err error, flCancel context.CancelFunc, flDone <-chan struct{}) error {
