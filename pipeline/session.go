@@ -23,6 +23,10 @@ const (
 	triggerShutdown = "shutdown"
 	triggerRequest  = "request"
 	triggerFiles    = "files"
+	// triggerCaughtUp ends a catch-up: the backlog that made cycles freeze
+	// by size has been read to the end (docs/OPERATING.md, "Flush
+	// triggers").
+	triggerCaughtUp = "caught_up"
 )
 
 // session is one membership of the consumer group: a kgo client, the
@@ -60,6 +64,12 @@ type session struct {
 
 	statusMu   sync.Mutex   // guards lastStatus
 	lastStatus partSnapshot // the partitions as Status last read them
+
+	// behind is set when a cycle froze by size while at least as many
+	// records again still waited in Kafka: the session is reading a
+	// backlog, and the cycle after it freezes as soon as the backlog is
+	// read (caughtUp), not at the interval.
+	behind bool
 
 	lateLogged time.Time // when late events were last logged
 	lateCount  int       // late events since then
@@ -243,6 +253,8 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 		s.freeze(triggerRequest, req)
 	case s.gen.cost() >= int64(c.cfg.FlushSize):
 		s.freeze(triggerSize)
+	case s.caughtUp():
+		s.freeze(triggerCaughtUp)
 	case time.Since(s.last) >= c.cfg.cycleInterval() && !s.fl.full():
 		s.freeze(triggerInterval)
 	}
