@@ -79,3 +79,48 @@ func TestReplayResume(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayResumeBehindOtherRecords: the re-run finds what the first run
+// wrote even when other producers wrote more than a tail window's worth
+// to the topic since.
+func TestReplayResumeBehindOtherRecords(t *testing.T) {
+	rd, g := testenv.StartRedis(t), testenv.StartGCS(t)
+	h := backuptest.NewHistory(t, rd, g, "behind", 4, 10, 10)
+	ctx := context.Background()
+	req := replay.Request{Flow: h.Flow, MaxClockSkew: backuptest.Skew, Topic: "out"}
+	whole := kafka(t, 2, "out")
+	res, err := replay.Run(ctx, h.Source(), target(t, whole, "out"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := topicContent(t, readAll(t, whole, "out"))
+	k := kafka(t, 2, "out")
+	n := int(res.Records / 2)
+	if _, err := replay.Run(ctx, h.Source(), &stopAfter{Target: target(t, k, "out"), n: n}, req); !errors.Is(err, errStopped) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), kgo.DefaultProduceTopic("out"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 6000 {
+		cl.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprint("other ", i))}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := replay.Run(ctx, h.Source(), target(t, k, "out"), req)
+	if err != nil || again.Skipped != int64(n) {
+		t.Fatalf("re-run: %+v, %v; want %d skipped", again, err, n)
+	}
+	var mine []record
+	for _, r := range readAll(t, k, "out") {
+		if r.run != "" {
+			mine = append(mine, r)
+		}
+	}
+	if got := topicContent(t, mine); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the run's records after a stop, other records and a re-run:\n%v\nwant\n%v", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -39,13 +40,12 @@ type Target interface {
 	Flush(ctx context.Context) error
 }
 
-// maxRecordBytes is the largest record batch the producer sends: room for
-// an entry of the pipeline's largest key and value (8 MiB each) in JSON.
-const maxRecordBytes = 24 << 20
-
 // KafkaTarget writes to a topic with franz-go's idempotent producer:
 // records of a partition are written in order and once, across retries,
-// and a failure fails every later record of the partition with it.
+// and a failure fails every later record of the partition with it. Its
+// record batches are franz-go's default at most, about 1 MB, which Kafka's
+// default max.message.bytes takes: a record with an event larger than
+// that fails the replay (the records hold about 256 KiB of events each).
 type KafkaTarget struct {
 	cl    *kgo.Client
 	opts  []kgo.Opt
@@ -58,10 +58,7 @@ type KafkaTarget struct {
 // with at most maxBuffered bytes of records queued.
 func NewKafkaTarget(topic string, maxBuffered int64, opts ...kgo.Opt) (*KafkaTarget, error) {
 	all := append(cloneOpts(opts), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()),
-		// A record holds one event larger than a batch's 256 KiB alone: the
-		// client never refuses it, the topic's max.message.bytes decides.
-		kgo.ProducerBatchMaxBytes(maxRecordBytes))
+		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
@@ -139,6 +136,9 @@ func (t *KafkaTarget) Written(ctx context.Context, run string) (map[int32]int64,
 	return out, nil
 }
 
+// tailIdle is how long a tail scan waits for more records of a span.
+const tailIdle = 5 * time.Second
+
 // scan reads the offsets [from, end) of each partition and returns the
 // highest seq of run in each.
 func (t *KafkaTarget) scan(ctx context.Context, run string, spans map[int32][2]int64) (map[int32]int64, error) {
@@ -156,12 +156,24 @@ func (t *KafkaTarget) scan(ctx context.Context, run string, spans map[int32][2]i
 	left := len(spans)
 	done := map[int32]bool{}
 	for left > 0 {
-		fs := cl.PollFetches(ctx)
+		// A span may end in offsets that hold no record to deliver (a
+		// transaction marker, a compacted gap): a poll that brings nothing
+		// for tailIdle ends the scan.
+		pctx, cancel := context.WithTimeout(ctx, tailIdle)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if fs.NumRecords() == 0 && pctx.Err() != nil {
+			break
+		}
 		var ferr error
-		fs.EachError(func(_ string, p int32, err error) { ferr = fmt.Errorf("read partition %d of %s: %w", p, t.topic, err) })
+		fs.EachError(func(_ string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("read partition %d of %s: %w", p, t.topic, err)
+			}
+		})
 		if ferr != nil {
 			return nil, ferr
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
@@ -199,9 +200,18 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 	)
 	switch {
 	case err != nil && cli.Interrupted(ctx):
+		// A relative or omitted bound resolves anew on the re-run, which
+		// would make it another run: name the TSOs this one used.
+		var pin []string
+		if cfg.From.form != "" {
+			pin = append(pin, fmt.Sprintf("--from %d", res.From))
+		}
+		if (cfg.To.form != "" || cfg.To.ts == 0) && res.To != 0 {
+			pin = append(pin, fmt.Sprintf("--to %d", res.To))
+		}
 		resume := ""
-		if cfg.To.form != "" || cfg.To.ts == 0 {
-			resume = fmt.Sprintf(" with --to %d", res.To)
+		if len(pin) > 0 {
+			resume = " with " + strings.Join(pin, " ")
 		}
 		return cli.Interruptedf("replay of flow %s (id %d) into %s, %s mode (%d, %d], stopped after %d of %d chunks: %d records written, %d skipped; records queued but unconfirmed may or may not be in the topic; re-run the same command%s to resume (it skips what is written)",
 			f, f.ID, cfg.ToTopic, res.Mode, res.From, res.To, last.Chunks, last.ChunksTotal, res.Records, res.Skipped, resume)

@@ -74,9 +74,15 @@ func TestReplayCommandJSON(t *testing.T) {
 	}
 }
 
-// TestReplayCommandUsage: a bad command line exits 2 with a message that
-// names the flag.
+// TestReplayCommandUsage: `replay -h` prints replay's help on stdout in
+// the shared style, with only the Kafka flags it uses; a bad command line
+// exits 2 with a message that names the flag.
 func TestReplayCommandUsage(t *testing.T) {
+	h := runConsumer(t, time.Minute, nil, "replay", "-h")
+	if h.code != 0 || !strings.HasPrefix(h.stdout, "usage: consumer replay --flow F --to-topic X") || !strings.Contains(h.stdout, "\nKafka:\n  --brokers") ||
+		!strings.Contains(h.stdout, "--start-key") || strings.Contains(h.stdout, "--apply-topic") || h.stderr != "" {
+		t.Errorf("replay -h: exit %d, stdout:\n%s\nstderr:\n%s", h.code, h.stdout, h.stderr)
+	}
 	for _, tc := range []struct {
 		args   []string
 		errSub string
@@ -231,5 +237,16 @@ func TestReplayCommandFromBucket(t *testing.T) {
 		if len(want) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s mode: --from-bucket wrote\n%v\nthe Redis-backed replay\n%v", mode, got, want)
 		}
+	}
+}
+
+// TestReplayCommandNoTopic: a target topic that does not exist fails the
+// replay, which writes nothing and says to create it.
+func TestReplayCommandNoTopic(t *testing.T) {
+	e := backuptest.NewTimed(t)
+	k := replayKafka(t)
+	_, err := runIn(t, e.Conn, "replay", k[0], k[1], "--to-topic", "missing", "--flow", "f")
+	if err == nil || !strings.Contains(err.Error(), "topic missing does not exist: create it first") {
+		t.Errorf("replay into a missing topic: %v", err)
 	}
 }
