@@ -44,7 +44,7 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 		return res, &RangeError{From: res.From, To: res.To}
 	}
 	res.Tables = slices.Sorted(maps.Keys(plan.Windows))
-	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Selection.StartKey, req.Selection.EndKey, req.Format, req.Topic)
+	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Selection.StartKey, req.Selection.EndKey, req.Format)
 	parts, err := t.Partitions(ctx)
 	if err != nil {
 		return res, err

@@ -15,14 +15,15 @@ import (
 )
 
 // RunID is the id of a replay with these arguments (the flow, the mode,
-// the resolved from and to ts, the tables and key range, the format and
-// the topic): the
-// same arguments give the same id and, the backup being the same, the same
-// records in the same order. A run's records carry it, so that a re-run
-// finds what an interrupted one wrote.
-func RunID(flowID uint32, mode Mode, from, to uint64, tables []int64, startKey, endKey []byte, format Format, topic string) string {
+// the resolved from and to ts, the tables and key range, and the format):
+// the same arguments give the same id and, the backup being the same, the
+// same records in the same order. A run's records carry it, so that a
+// re-run finds what an interrupted one wrote. The target is not part of
+// it: a run reads only its own topic's tail, and two targets of one replay
+// hold the same records, headers included.
+func RunID(flowID uint32, mode Mode, from, to uint64, tables []int64, startKey, endKey []byte, format Format) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "flowlog-replay v1\nflow=%d\nmode=%s\nfrom=%d\nto=%d\nformat=%s\ntopic=%s\ntables=", flowID, mode, from, to, format, topic)
+	fmt.Fprintf(&b, "flowlog-replay v1\nflow=%d\nmode=%s\nfrom=%d\nto=%d\nformat=%s\ntables=", flowID, mode, from, to, format)
 	for i, t := range tables {
 		if i > 0 {
 			b.WriteByte(',')
