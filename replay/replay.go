@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/flowlog/flowlog/backup"
+	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/sink"
 )
 
@@ -114,5 +115,19 @@ func runLog(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadPla
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	// A state replay at From keys its records by table id and leaves
+	// those regions at From; a log replay after it must end them at To
+	// too, or a consumer of the topic never passes From.
+	for _, tid := range slices.Sorted(maps.Keys(plan.Windows)) {
+		if _, ok := l.resolved[uint64(tid)]; !ok {
+			if err := w.send(ctx, &event.Batch{RegionID: uint64(tid), ResolvedTS: plan.TS}); err != nil {
+				return err
+			}
+			l.resolved[uint64(tid)] = plan.TS
+		}
+	}
+	return nil
 }

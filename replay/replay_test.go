@@ -264,6 +264,17 @@ func stateThenLog(t *testing.T, h *backuptest.History, a uint64) {
 	}
 	checkResolved(t, srecs, a)
 	checkResolved(t, lrecs, h.Checkpoint)
+	// Every region the state used ends at T in the log too: a consumer of
+	// both passes A only once the log resolves them.
+	logEnd := map[uint64]uint64{}
+	for _, r := range lrecs {
+		logEnd[r.batch.RegionID] = max(logEnd[r.batch.RegionID], r.batch.ResolvedTS)
+	}
+	for _, r := range srecs {
+		if got := logEnd[r.batch.RegionID]; got != h.Checkpoint {
+			t.Fatalf("region %d of the state replay ends in the log at %d, want %d", r.batch.RegionID, got, h.Checkpoint)
+		}
+	}
 	all := append(slices.Clone(srecs), lrecs...)
 	for _, ts := range []uint64{a, a + 1, h.MS(900, 3), h.MS(1200, 0), h.Checkpoint} {
 		if ts < a {
