@@ -69,7 +69,7 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 	}
 	st := expectLoad(cfg)
 	runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", "rec", "--tables", "1,2")
-	args := []string{"--layout", "v2", "--session-timeout", crashSessionTimeout, "--flush-interval", "1s", "--flush-size", "1MiB"}
+	args := []string{"--session-timeout", crashSessionTimeout, "--flush-interval", "1s", "--flush-size", "1MiB"}
 	cons := []*proc{c.startConsumer(t, "rec-1", args...), c.startConsumer(t, "rec-2", args...)}
 	for _, p := range cons {
 		crashWaitAssigned(t, p, 0, 30*time.Second)
@@ -161,7 +161,7 @@ func recoverObjects(t *testing.T, c *cluster) map[string]string {
 }
 
 // TestMigrateV1ToV2: a layout v1 deployment upgrades by restarting its
-// replica with --layout v2. Nothing written before is rewritten (every v1
+// replica on this build without --layout (v2 is the default). Nothing written before is rewritten (every v1
 // object keeps its name, size and checksum), new cycles are written in
 // layout v2, and a restore at the final checkpoint equals the oracle of
 // both loads, every event in exactly one referenced chunk across the v1
@@ -189,7 +189,7 @@ func TestMigrateV1ToV2(t *testing.T) {
 		}
 	}
 
-	p = c.startConsumer(t, "mig-1", "--layout", "v2")
+	p = c.startConsumer(t, "mig-1") // the default layout, v2
 	crashWaitAssigned(t, p, 0, 30*time.Second)
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg2)...)...)
 	rep2 := oracleCheck(t, c, "mig", []int64{1, 2}, cfg1, cfg2)
@@ -225,7 +225,7 @@ func TestMigrateV1ToV2(t *testing.T) {
 		t.Fatalf("consumer recover exited %d:\n%s", res.code, res.out)
 	}
 	t.Logf("consumer recover:\n%s", res.out)
-	p = c.startConsumer(t, "mig-1", "--layout", "v2")
+	p = c.startConsumer(t, "mig-1")
 	crashWaitAssigned(t, p, 0, 30*time.Second)
 	rep3 := oracleCheck(t, c, "mig", []int64{1, 2}, cfg1, cfg2)
 	t.Logf("after recover: %s", rep3)
