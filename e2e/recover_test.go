@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/storage"
 	"google.golang.org/api/iterator"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // recoverReadyz returns p's /readyz status code and body.
@@ -85,7 +87,15 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 			return false, "flow not created yet", nil
 		}
 		n, err := rdb.ZCard(ctx, store.Keys().Metas(id)).Result()
-		return err == nil && n >= 4, fmt.Sprintf("%d metas committed", n), nil
+		if err != nil || n < 4 {
+			return false, fmt.Sprintf("%d metas committed (%v)", n, err), nil
+		}
+		// Until its first catalog is in the bucket, nothing there names
+		// the flow: recover could not bring it back.
+		if cats, err := objectNames(c, sink.CatalogDir("", "default", "rec")); err != nil || len(cats) == 0 {
+			return false, fmt.Sprintf("no catalog of the flow in the bucket yet (%v)", err), nil
+		}
+		return true, "", nil
 	})
 	if load.Done() {
 		t.Fatal("the load finished before the flush: the test would prove nothing")
@@ -139,6 +149,22 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 		if err := p.Stop(); err != nil {
 			t.Errorf("%s exit after SIGTERM: %v", p.name, err)
 		}
+	}
+}
+
+// objectNames lists the objects of the bucket under dir.
+func objectNames(c *cluster, dir string) ([]string, error) {
+	var out []string
+	it := c.GCS.Client.Bucket(c.GCS.Bucket).Objects(context.Background(), &storage.Query{Prefix: dir})
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		out = append(out, a.Name)
 	}
 }
 

@@ -125,7 +125,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 
 // commitOf is the Redis commit of the cycle (meta.Store.Commit): every
 // partition's offsets and checkpoint, the coverage reports, and the metas
-// the cycle uploaded, listed for every flow they hold a chunk of.
+// the cycle uploaded, listed for every flow they name (upload.refs).
 func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	commit := meta.Commit{LastFlushTS: uint64(time.Now().UnixMilli()) << 18}
 	for _, p := range cyc.parts {
@@ -139,7 +139,7 @@ func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	}
 	commit.Coverage = cyc.coverage
 	for _, u := range cyc.uploads {
-		commit.Metas = append(commit.Metas, u.refs(cyc)...)
+		commit.Metas = append(commit.Metas, u.refs()...)
 	}
 	for _, fl := range cyc.flows {
 		commit.Flows = append(commit.Flows, fl.ID)
