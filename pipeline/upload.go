@@ -67,12 +67,14 @@ func (u *upload) refs() []meta.MetaRef {
 	return out
 }
 
-// failedFlows are the flows a failed upload of u counts against.
+// failedFlows are the flows a failed upload of u counts against: its flow
+// (layout v1), or every flow the cycle's meta serves (layout v2: chunks
+// and coverage reports, cycle.served).
 func (u *upload) failedFlows(cyc *cycle) []*meta.Flow {
 	if u.flow != nil {
 		return []*meta.Flow{u.flow}
 	}
-	return cyc.flows
+	return cyc.served()
 }
 
 // uploadAll uploads what is not uploaded yet of the cycle's uploads,

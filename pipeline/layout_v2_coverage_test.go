@@ -4,7 +4,11 @@ import (
 	"context"
 	"io"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -73,5 +77,42 @@ func TestV2CoverageOnlyMetaListed(t *testing.T) {
 	}
 	if covOnly == 0 {
 		t.Fatal("no cycle carried coverage reports alone: the test shows nothing")
+	}
+}
+
+// A cycle of coverage reports only that cannot upload its meta counts a
+// failed cycle against the flows of its reports: after --fatal-after of
+// them the new flow is fatal (fetching stops, later cycles wait for no
+// end of retries otherwise), and the commit once storage heals makes it
+// active again (docs/OPERATING.md, "Recover a fatal flow").
+func TestV2CoverageOnlyCycleFailingMakesFlowFatal(t *testing.T) {
+	fb := &faultyBucket{Bucket: sink.NewMemBucket()}
+	r := newRig(t, 1, fb, func(c *pipeline.Config) { c.Layout, c.FatalAfter = pipeline.LayoutV2, 3 })
+	r.start()
+	r.heartbeats(1, 0)
+	r.waitHandled(1)
+	r.flush()
+	fb.setFail(func(int) bool { return true })
+	id := r.createFlow("covfail", 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = r.cons.Flush(ctx)
+	}()
+	ctx := context.Background()
+	r.eventually(30*time.Second, func() bool {
+		st, err := r.store.FlowState(ctx, id)
+		return err == nil && st.Status == meta.StatusFatal
+	}, "flow fatal in Redis")
+	if v := testutil.ToFloat64(r.cons.MetricFlowFatal("default/covfail")); v != 1 {
+		t.Fatalf("flow_fatal = %v, want 1", v)
+	}
+	fb.setFail(nil)
+	r.eventually(30*time.Second, func() bool {
+		st, err := r.store.FlowState(ctx, id)
+		return err == nil && st.Status == meta.StatusActive
+	}, "flow active again after the cycle committed")
+	if v := testutil.ToFloat64(r.cons.MetricFlowFatal("default/covfail")); v != 0 {
+		t.Fatalf("flow_fatal = %v after the commit, want 0", v)
 	}
 }
