@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flowlog/flowlog/backup"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
@@ -114,5 +115,46 @@ func TestV2CoverageOnlyCycleFailingMakesFlowFatal(t *testing.T) {
 	}, "flow active again after the cycle committed")
 	if v := testutil.ToFloat64(r.cons.MetricFlowFatal("default/covfail")); v != 0 {
 		t.Fatalf("flow_fatal = %v after the commit, want 0", v)
+	}
+}
+
+// An idle layout v2 cycle (no chunk, no coverage report: heartbeats only)
+// uploads no meta: its partition offsets and checkpoints are committed to
+// Redis and to Kafka only, and recovery takes what no meta says from
+// Kafka's committed offsets (docs/FORMAT.md, "Keys consumer recover
+// writes"). So every meta in the bucket is listed by a flow, and gc finds
+// no meta or data object unreferenced, however long the consumer idles.
+func TestV2IdleCyclesWriteNoMeta(t *testing.T) {
+	bucket := newCountingBucket()
+	r := newRig(t, 1, bucket, func(c *pipeline.Config) { c.Layout = pipeline.LayoutV2 })
+	r.start()
+	r.heartbeats(1, 0)
+	id := r.createFlow("idle", 1)
+	r.settle()
+	r.produceBatch(putBatch(1, 1, 10, 3, 10))
+	r.flush()
+	before := bucket.snapshot()
+	for i := range int64(3) {
+		r.heartbeats(1, 100+i*10)
+		r.flush()
+	}
+	if got := bucket.since(before); got["meta"] != 0 || got["data"] != 0 {
+		t.Errorf("idle cycles uploaded %v, want no meta and no data object", got)
+	}
+	refs, err := r.store.Metas(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 {
+		t.Fatal("nothing committed: the test shows nothing")
+	}
+	plan, err := sink.PlanGC(context.Background(), bucket, sink.GCOptions{Prefix: "backup", Group: "g", Grace: 0, Parallel: 2, Refs: backup.GCRefs(r.store)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range plan.Delete {
+		if o.Kind == sink.GCMeta || o.Kind == sink.GCData {
+			t.Errorf("gc would delete %s %s of a consumer that only committed", o.Kind, o.Name)
+		}
 	}
 }
