@@ -2,7 +2,10 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,5 +159,58 @@ func TestV2IdleCyclesWriteNoMeta(t *testing.T) {
 		if o.Kind == sink.GCMeta || o.Kind == sink.GCData {
 			t.Errorf("gc would delete %s %s of a consumer that only committed", o.Kind, o.Name)
 		}
+	}
+}
+
+// concurrencyBucket records how many catalog uploads were in flight at
+// once, holding each for a moment so that they overlap.
+type concurrencyBucket struct {
+	*sink.MemBucket
+	mu       sync.Mutex
+	now, max int
+}
+
+func (b *concurrencyBucket) Upload(ctx context.Context, obj sink.Object) error {
+	if !strings.Contains(obj.Name, "/catalog/") {
+		return b.MemBucket.Upload(ctx, obj)
+	}
+	b.mu.Lock()
+	b.now++
+	b.max = max(b.max, b.now)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.now--
+		b.mu.Unlock()
+	}()
+	select {
+	case <-ctx.Done():
+	case <-time.After(20 * time.Millisecond):
+	}
+	return b.MemBucket.Upload(ctx, obj)
+}
+
+func (b *concurrencyBucket) Overwrite(ctx context.Context, obj sink.Object) error {
+	return b.MemBucket.Overwrite(ctx, obj)
+}
+
+// The first advance after many creates uploads one catalog per flow, 16 at
+// a time when --upload-parallelism is lower (here 2), never more.
+func TestV2CatalogsUploadedSixteenAtATime(t *testing.T) {
+	bucket := &concurrencyBucket{MemBucket: sink.NewMemBucket()}
+	r := newRig(t, 1, bucket, func(c *pipeline.Config) { c.Layout, c.UploadParallel = pipeline.LayoutV2, 2 })
+	r.start()
+	r.heartbeats(1, 0)
+	flows := map[string][]uint32{}
+	for i := range 48 {
+		flows[fmt.Sprintf("c%02d", i)] = []uint32{uint32(i + 1)}
+	}
+	r.createFlows(flows)
+	r.settle()
+	bucket.mu.Lock()
+	peak := bucket.max
+	bucket.mu.Unlock()
+	if peak > 16 || peak <= 2 {
+		t.Errorf("%d catalogs uploaded at once at most, want more than --upload-parallelism 2 and at most 16", peak)
 	}
 }
