@@ -195,7 +195,8 @@ func (f *flusher) livePartitions(ctx context.Context) ([]int32, error) {
 // many creates) has one per flow to upload, each a small object, and
 // --upload-parallelism alone made it take minutes at 300 flows. More than
 // this many only with a larger --upload-parallelism: each catalog write
-// holds a page of its state and a connection.
+// holds a page of its state (and a flow's current windows, to sort them)
+// and a connection, and streams the JSON through a file in --temp-dir.
 const catalogParallel = 16
 
 // writeCatalogs uploads the catalogs of the flows whose catalog content
@@ -210,7 +211,7 @@ func (f *flusher) writeCatalogs(ctx context.Context) error {
 		f.catalogsInit = true
 	}
 	w := catalog.Writer{Store: c.d.Store, Bucket: c.d.Bucket, Prefix: c.d.GCSPrefix, Group: c.d.Group,
-		Log: c.log, Parallel: max(c.cfg.UploadParallel, catalogParallel)}
+		Log: c.log, Parallel: max(c.cfg.UploadParallel, catalogParallel), TempDir: c.cfg.TempDir}
 	n, err := w.WriteDirty(ctx)
 	if n > 0 {
 		c.m.catalogsWritten.Add(float64(n))
