@@ -9,7 +9,7 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// restorable picks, for every table of f (or of only), the coverage window
+// restorable picks, for every table of f that sel selects, the coverage window
 // that holds ts, capped at ts: the part of the table's log a restore at ts
 // reads. Every table left out is reported as a LeftOut event, in table
 // order; leaving out all of them fails with an *UncoveredError. ckpt is the
@@ -24,7 +24,7 @@ import (
 // the table (meta.Store.PendingRemoved). Past it, or if the recorded checkpoint is
 // past the flow's own (which only a checkpoint no clock could give moved
 // there), the table is left out until the step is final.
-func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts, ckpt uint64, notify func(Event)) (map[int64]sink.TableWindow, error) {
+func restorable(ctx context.Context, st Store, f Flow, sel Selection, ts, ckpt uint64, notify func(Event)) (map[int64]sink.TableWindow, error) {
 	cur, hist, err := st.Windows(ctx, f.ID)
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts, 
 	for t := range establishing {
 		all[t] = true
 	}
-	for t := range only {
+	for t := range sel.Tables {
 		if t >= 0 && t <= int64(^uint32(0)) {
 			all[uint32(t)] = true
 		}
@@ -61,8 +61,8 @@ func restorable(ctx context.Context, st Store, f Flow, only map[int64]bool, ts, 
 			}
 		}
 	}) {
-		if only != nil && !only[int64(t)] {
-			continue
+		if !sel.HasTable(int64(t)) {
+			continue // not selected: neither restored nor left out
 		}
 		w, ok := meta.WindowAt(cur, hist, t, ts)
 		if !ok {

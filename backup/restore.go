@@ -10,8 +10,11 @@ import (
 // RestoreRequest is one restore: what to read and where to write it.
 type RestoreRequest struct {
 	Request
-	// Tables restricts the restore to these table ids; nil means all.
-	Tables map[int64]bool
+	// Selection is what is restored: the tables (nil Tables: all) and the
+	// raw key range. Only the log chunks and snapshot chunks that overlap it
+	// are read, and only its keys are written; a table outside it is not
+	// restored and not reported as left out. It must pass Validate.
+	Selection Selection
 	// LogOnly ignores the snapshots and reads the log alone (a
 	// cross-check, or a way around a damaged snapshot while the log is
 	// still whole).
@@ -43,6 +46,9 @@ type RestoreResult struct {
 // errors on otherwise (sink.ErrOutDirNotEmpty, *sink.ChecksumError, ...).
 func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult, error) {
 	var res RestoreResult
+	if err := req.Selection.Validate(); err != nil {
+		return res, err
+	}
 	at, err := locate(ctx, src, req.Request)
 	f, ts, metas := at.flow, at.ts, at.metas
 	res.Flow, res.TS, res.Metas = f, ts, len(metas)
@@ -50,7 +56,7 @@ func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult
 		return res, err
 	}
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	windows, err := restorable(ctx, src.Store, f, req.Tables, ts, at.bound, req.Notify)
+	windows, err := restorable(ctx, src.Store, f, req.Selection, ts, at.bound, req.Notify)
 	if err != nil {
 		return res, err
 	}
@@ -66,7 +72,7 @@ func Restore(ctx context.Context, src Source, req RestoreRequest) (RestoreResult
 	}
 	report(req.Notify, Restoring{Flow: f, TS: ts, Tables: len(windows), Metas: len(metas)})
 	res.Stats, err = sink.Restore(ctx, sink.RestoreOptions{
-		Bucket: src.Bucket, Flow: f.Sink(src.Prefix), MetaPaths: metas, TS: ts, Tables: req.Tables, Windows: windows,
+		Bucket: src.Bucket, Flow: f.Sink(src.Prefix), MetaPaths: metas, TS: ts, Tables: req.Selection.Tables, Keys: req.Selection.Keys(), Windows: windows,
 		OutDir: req.OutDir, Force: req.Force, TempDir: req.TempDir, MaxMemory: req.MaxMemory, Parallel: req.Parallel,
 		Progress: req.Progress, Snapshots: snaps, TruncatedBefore: truncated,
 	})

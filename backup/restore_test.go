@@ -25,8 +25,8 @@ func restore(t *testing.T, src backup.Source, l backup.Lookup, ts uint64, tables
 	out := filepath.Join(t.TempDir(), "out")
 	var events []backup.Event
 	res, err := backup.Restore(context.Background(), src, backup.RestoreRequest{
-		Request: backup.Request{Flow: l, TS: ts, MaxClockSkew: backuptest.Skew, Notify: func(e backup.Event) { events = append(events, e) }},
-		Tables:  tables, OutDir: out, TempDir: t.TempDir(),
+		Request:   backup.Request{Flow: l, TS: ts, MaxClockSkew: backuptest.Skew, Notify: func(e backup.Event) { events = append(events, e) }},
+		Selection: backup.Selection{Tables: tables}, OutDir: out, TempDir: t.TempDir(),
 	})
 	return out, res, events, err
 }

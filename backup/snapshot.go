@@ -12,11 +12,12 @@ import (
 // compute it with.
 type SnapshotRequest struct {
 	Request
-	// TempDir, MaxMemory, Parallel and Progress are as in
+	// TempDir, MaxMemory, Parallel, ChunkSize and Progress are as in
 	// sink.SnapshotOptions.
 	TempDir   string
 	MaxMemory int64
 	Parallel  int
+	ChunkSize int
 	Progress  func(sink.SnapshotProgress)
 }
 
@@ -67,7 +68,7 @@ func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotReq
 		}
 	}
 	report(req.Notify, TSChosen{Flow: f, TS: ts})
-	capped, err := restorable(ctx, src.Store, f, nil, ts, at.bound, req.Notify)
+	capped, err := restorable(ctx, src.Store, f, Selection{}, ts, at.bound, req.Notify)
 	if err != nil {
 		return res, err
 	}
@@ -85,7 +86,7 @@ func Snapshot(ctx context.Context, src Source, l SnapshotLister, req SnapshotReq
 	res.Stats, err = sink.Snapshot(ctx, sink.SnapshotOptions{
 		Bucket: src.Bucket, Flow: f.Sink(src.Prefix), MetaPaths: metas, Snapshots: snaps, TruncatedBefore: truncated,
 		TS: ts, Windows: windows, TempDir: req.TempDir, MaxMemory: req.MaxMemory, Parallel: req.Parallel,
-		Progress: req.Progress,
+		ChunkSize: req.ChunkSize, Progress: req.Progress,
 	})
 	if err == nil {
 		err = l.AddSnapshot(ctx, f.ID, res.Stats.MetaPath)

@@ -19,7 +19,7 @@
 //     fenced transaction). consumer.go drops a fenced session and rejoins.
 //     See docs/FORMAT.md, "Commit protocol" and "Layout v2".
 //   - Checkpoint: partition.go (partState.checkpoint, a partition's min
-//     resolved ts over its live regions), session.go (freeze hands it to
+//     resolved ts over its live regions), freeze.go (freeze hands it to
 //     the cycle with the offsets it covers) and checkpoint.go (the global
 //     min over the partitions, read before coverage is finalised; the flows'
 //     catalogs and the checkpoint objects after). See docs/FORMAT.md,
@@ -45,4 +45,31 @@
 //
 // The routing itself is router.go, the temp directory's safety rules
 // tempdir.go, and the HTTP surface http.go and status.go.
+//
+// # Files
+//
+// The consume loop and what it does, one file each:
+//
+//   - consumer.go: Consumer, Run, and one session after another.
+//   - session.go: the loop of one group membership (poll, DDL barrier,
+//     routing a fetch, flush triggers, backpressure, gauges).
+//   - record.go: one apply record, taken whole or, to the DLQ, not at all
+//     (decode, ts bounds, routing, appending to temp files).
+//   - freeze.go: freeze, which ends a generation and hands it to the
+//     flusher as one cycle with the offsets and checkpoints it covers.
+//   - assign.go: the rebalance callbacks (leases and start offsets of
+//     assigned partitions, the final flush of revoked ones, what is dropped
+//     of lost ones).
+//   - partition.go: partition and region state.
+//   - flusher.go, cycle.go, build.go, upload.go, commitage.go,
+//     checkpoint.go, coverage.go: a cycle from freeze to commit.
+//   - fatal.go: fatal-flow state.
+//   - generation.go, segment.go, tempfile.go, spill.go, pack.go,
+//     tempdir.go: temp files.
+//   - budget.go, memory.go, fetchsize.go, decompress.go, bigbatch.go:
+//     the bounds on disk, memory and fetches.
+//   - flowchanges.go, router.go: what the flows are and where an event goes.
+//   - http.go, health.go, status.go, listener.go, metrics.go: the HTTP
+//     surface and metrics.
+//   - shutdown.go: a stop's errors; config.go: Config.
 package pipeline

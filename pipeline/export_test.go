@@ -24,3 +24,8 @@ func (c *Consumer) MetricLateEvents() prometheus.Collector { return c.m.lateEven
 func (c *Consumer) MetricEvents(result, reason string) prometheus.Collector {
 	return c.m.events.WithLabelValues(result, reason)
 }
+
+// MetricCycles is flush_cycles_total{trigger, result}.
+func (c *Consumer) MetricCycles(trigger, result string) prometheus.Collector {
+	return c.m.cyclesTotal.WithLabelValues(trigger, result)
+}

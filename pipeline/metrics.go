@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"topic", "partition"}),
 		cyclesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "flush_cycles_total",
-			Help: "Flush cycles by trigger (size, interval, files, revoke, ddl, shutdown, request) and result (ok, failed, fenced, temp_write).",
+			Help: "Flush cycles by trigger (size, files, caught_up, interval, revoke, ddl, shutdown, request) and result (ok, failed, fenced, temp_write).",
 		}, []string{"trigger", "result"}),
 		tempWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "temp_write_errors_total",

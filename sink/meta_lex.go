@@ -17,9 +17,12 @@ import (
 //
 //   - whitespace outside strings is dropped;
 //   - the hex values of start_key and end_key of the elements of files are
-//     checked as they stream (lowercase hex, an even count, no
-//     escapes) and passed on as "": a data key may be as large as
-//     --max-value-size, and no reader of a streamed meta needs it;
+//     checked as they stream (lowercase hex, an even count, no escapes)
+//     and passed on as "", or, for a reader that asks for keys, cut to
+//     their first keyPrefixHex characters: a data key may be as large as
+//     --max-value-size, only a restore with a key range needs them, and it
+//     needs only a prefix to tell a chunk that cannot hold a key of the
+//     range (KeyRange.OverlapsChunk treats every key as a possible prefix);
 //   - any other string longer than maxMetaString, a number or literal
 //     longer than maxMetaScalar, nesting deeper than maxMetaDepth, or an
 //     array element of more than maxMetaElement bytes is an error;
@@ -29,6 +32,9 @@ import (
 type metaLexer struct {
 	src  *bufio.Reader
 	read int64 // bytes read from src
+	// keyHex is how much of an elided member's hex is passed on: 0, or
+	// keyPrefixHex.
+	keyHex int
 
 	stack []lexLevel // open objects and arrays
 	// Inside a string: its length so far, whether it is a key (and its
@@ -68,8 +74,20 @@ const (
 // drops.
 var elidedKeys = [][]byte{[]byte("start_key"), []byte("end_key")}
 
-func newMetaLexer(r io.Reader) *metaLexer {
-	return &metaLexer{src: bufio.NewReaderSize(r, 64<<10), key: make([]byte, 0, 16)}
+// keyPrefixHex is how much of an elided member's hex is passed on to a
+// reader that asks for keys: 256
+// bytes of a data key, far more than a row or index key's encoding, so that
+// a cut key is rare and costs at most a chunk read that a whole key would
+// have skipped.
+const keyPrefixHex = 512
+
+// newMetaLexer lexes r; keys passes on a prefix of the files' keys.
+func newMetaLexer(r io.Reader, keys bool) *metaLexer {
+	l := &metaLexer{src: bufio.NewReaderSize(r, 64<<10), key: make([]byte, 0, 16)}
+	if keys {
+		l.keyHex = keyPrefixHex
+	}
+	return l
 }
 
 // errMetaTooLarge is a meta object over maxMetaSize.
@@ -85,12 +103,10 @@ func (l *metaLexer) Read(p []byte) (int, error) {
 		buf, _ := l.src.Peek(l.src.Buffered())
 		used := 0
 		for used < len(buf) && n < len(p) && l.err == nil {
-			if k := l.span(buf[used:], p[n:]); k > 0 {
+			if k, out := l.span(buf[used:], p[n:]); k > 0 {
 				if l.count(k) {
 					used += k
-					if !l.elide {
-						n += k
-					}
+					n += out
 				}
 				continue
 			}
@@ -124,34 +140,48 @@ func (l *metaLexer) Read(p []byte) (int, error) {
 
 // span passes on at once, from in to out, the run of plain bytes that
 // starts a string's rest (no quote, no backslash), checked as stringByte
-// checks them one by one, and returns its length (0: no such run, or the
-// bytes need the slow path). Elided bytes are checked, not copied.
-func (l *metaLexer) span(in, out []byte) int {
+// checks them one by one, and returns its length and how many bytes it
+// wrote to out (0, 0: no such run, or the bytes need the slow path).
+// Elided bytes past keyHex are checked, not copied.
+func (l *metaLexer) span(in, out []byte) (int, int) {
 	if !l.inString {
-		return l.scalarSpan(in, out)
+		k := l.scalarSpan(in, out)
+		return k, k
 	}
 	if l.escape || l.isKey {
-		return 0
+		return 0, 0
 	}
 	k := 0
 	if l.elide {
-		for k < len(in) && (in[k] >= '0' && in[k] <= '9' || in[k] >= 'a' && in[k] <= 'f') {
+		for k < len(in) && isLowerHex(in[k]) {
 			k++
 		}
+		if l.strLen >= l.keyHex {
+			l.strLen += k
+			return k, 0
+		}
+		// The prefix passed on: no more than out holds.
+		k = min(k, l.keyHex-l.strLen, len(out))
+		if k == 0 || !l.element(k) {
+			return 0, 0
+		}
+		copy(out, in[:k])
 		l.strLen += k
-		return k
+		return k, k
 	}
 	k = min(len(in), len(out), maxMetaString-l.strLen)
 	if i := bytes.IndexAny(in[:k], "\"\\"); i >= 0 {
 		k = i
 	}
 	if k == 0 || !l.element(k) {
-		return 0
+		return 0, 0
 	}
 	copy(out, in[:k])
 	l.strLen += k
-	return k
+	return k, k
 }
+
+func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 
 // scalarSpan is span for the bytes of a number or literal outside strings.
 func (l *metaLexer) scalarSpan(in, out []byte) int {
@@ -280,10 +310,10 @@ func (l *metaLexer) stringByte(c byte) (bool, error) {
 	}
 	l.strLen++
 	if l.elide {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if !isLowerHex(c) {
 			return false, fmt.Errorf("a key that is not lowercase hex (%q)", c)
 		}
-		return false, nil
+		return l.strLen <= l.keyHex, nil
 	}
 	if l.strLen > maxMetaString {
 		return false, fmt.Errorf("a string of more than %d KiB", maxMetaString>>10)

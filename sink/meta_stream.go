@@ -23,9 +23,11 @@ import (
 // not repeat.
 
 // metaParts says which of a v2 meta's partition commits and coverage
-// reports a streamed read keeps; they are checked either way.
+// reports a streamed read keeps, and whether its files keep the first
+// keyPrefixHex hex digits of their start_key and end_key (keys, for a
+// restore with a key range); they are checked either way.
 type metaParts struct {
-	partitions, coverage bool
+	partitions, coverage, keys bool
 }
 
 // metaVisitor is what a streamed read calls: header once, with the meta
@@ -99,7 +101,7 @@ func streamMeta(ctx context.Context, b Bucket, path string, keep metaParts, v me
 	}
 	defer rc.Close()
 	src := &sourceReader{r: rc}
-	lx := newMetaLexer(src)
+	lx := newMetaLexer(src, keep.keys)
 	m, n, err := decodeMetaStream(lx, keep, v)
 	var ve *visitError
 	switch {

@@ -25,7 +25,7 @@ func BenchmarkStreamMeta(b *testing.B) {
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
 		n := 0
-		if _, _, err := decodeMetaStream(newMetaLexer(bytes.NewReader(raw)), metaParts{}, metaVisitor{file: func(int, *FileMeta) error { n++; return nil }}); err != nil || n != 20000 {
+		if _, _, err := decodeMetaStream(newMetaLexer(bytes.NewReader(raw), false), metaParts{}, metaVisitor{file: func(int, *FileMeta) error { n++; return nil }}); err != nil || n != 20000 {
 			b.Fatal(n, err)
 		}
 	}

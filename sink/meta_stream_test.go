@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,7 +16,7 @@ import (
 // files gathered.
 func streamAll(raw []byte, keep metaParts) (Meta, error) {
 	var files []FileMeta
-	m, n, err := decodeMetaStream(newMetaLexer(bytes.NewReader(raw)), keep, metaVisitor{file: func(_ int, f *FileMeta) error {
+	m, n, err := decodeMetaStream(newMetaLexer(bytes.NewReader(raw), keep.keys), keep, metaVisitor{file: func(_ int, f *FileMeta) error {
 		files = append(files, *f)
 		return nil
 	}})
@@ -55,9 +56,12 @@ func v1Meta() Meta {
 }
 
 // The streamed read gives what DecodeMeta gives, but the keys, which it
-// drops.
+// drops, or cuts to their first keyPrefixHex hex digits for a reader that
+// asks for them.
 func TestStreamMetaMatchesDecodeMeta(t *testing.T) {
-	for name, m := range map[string]Meta{"v1": v1Meta(), "v2": validV2Meta()} {
+	long := v1Meta()
+	long.Files[0].StartKey, long.Files[0].EndKey = strings.Repeat("ab", keyPrefixHex), strings.Repeat("c", keyPrefixHex+2)
+	for name, m := range map[string]Meta{"v1": v1Meta(), "v2": validV2Meta(), "long keys": long} {
 		t.Run(name, func(t *testing.T) {
 			raw, err := EncodeMeta(m)
 			if err != nil {
@@ -67,8 +71,15 @@ func TestStreamMetaMatchesDecodeMeta(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			cut := normalized(want)
+			cut.Files = slices.Clone(cut.Files)
 			for i := range want.Files {
-				want.Files[i].StartKey, want.Files[i].EndKey = "", ""
+				f, c := &want.Files[i], &cut.Files[i]
+				c.StartKey, c.EndKey = f.StartKey[:min(len(f.StartKey), keyPrefixHex)], f.EndKey[:min(len(f.EndKey), keyPrefixHex)]
+				f.StartKey, f.EndKey = "", ""
+			}
+			if got, err := streamAll(raw, metaParts{partitions: true, coverage: true, keys: true}); err != nil || !reflect.DeepEqual(normalized(got), cut) {
+				t.Fatalf("streamed with keys: %v\n%+v\nwant\n%+v", err, got, cut)
 			}
 			got, err := streamAll(raw, metaParts{partitions: true, coverage: true})
 			if err != nil {
@@ -185,7 +196,7 @@ func TestStreamMetaBoundsMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	files := 0
-	_, _, err := decodeMetaStream(newMetaLexer(&genReader{head: head, fill: 'a', n: 40 << 20, tail: tail}), metaParts{},
+	_, _, err := decodeMetaStream(newMetaLexer(&genReader{head: head, fill: 'a', n: 40 << 20, tail: tail}, false), metaParts{},
 		metaVisitor{file: func(int, *FileMeta) error { files++; return nil }})
 	runtime.ReadMemStats(&after)
 	if err != nil || files != 2 {
@@ -194,7 +205,7 @@ func TestStreamMetaBoundsMemory(t *testing.T) {
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
 		t.Errorf("reading a meta with a 40 MiB key allocated %d MiB", n>>20)
 	}
-	_, _, err = decodeMetaStream(newMetaLexer(&genReader{head: head, fill: 'a', n: maxMetaSize, tail: tail}), metaParts{}, metaVisitor{})
+	_, _, err = decodeMetaStream(newMetaLexer(&genReader{head: head, fill: 'a', n: maxMetaSize, tail: tail}, false), metaParts{}, metaVisitor{})
 	if !errors.Is(err, errMetaTooLarge) {
 		t.Fatalf("a meta over %d MiB: %v", maxMetaSize>>20, err)
 	}
@@ -206,7 +217,7 @@ func TestStreamMetaHeaderOnly(t *testing.T) {
 	raw, _ := EncodeMeta(m)
 	bad := bytes.Replace(raw, []byte(`"sha256":"`), []byte(`"sha256":"z`), 1) // a bad file after the header
 	var seen *Meta
-	got, _, err := decodeMetaStream(newMetaLexer(bytes.NewReader(bad)), metaParts{}, metaVisitor{
+	got, _, err := decodeMetaStream(newMetaLexer(bytes.NewReader(bad), false), metaParts{}, metaVisitor{
 		header: func(h *Meta) error { seen = h; return errStopMeta },
 		file:   func(int, *FileMeta) error { t.Fatal("file read after the header stopped the read"); return nil },
 	})

@@ -24,9 +24,9 @@ var benchRestoreGCS = flag.Bool("restore-gcs", false, "BenchmarkRestore reads fr
 var benchLowGC = flag.Bool("restore-lowgc", true, "run BenchmarkRestore with GOGC=5 so that restore-heap-MiB approximates the live heap")
 
 // benchBackup writes about mib MiB of TiKV-shaped log data: puts with short
-// values, larger values through the default CF, deletes; 3 tables, many
-// versions per key.
-func benchBackup(b *testing.B, bkt sink.Bucket, mib int, compression string) ([]string, uint64) {
+// values, larger values through the default CF, deletes; tables tables (3
+// in BenchmarkRestore's main runs), many versions per key.
+func benchBackup(b *testing.B, bkt sink.Bucket, mib int, compression string, tables int) ([]string, uint64) {
 	r := rand.New(rand.NewPCG(1, 1))
 	var metas []string
 	ts := uint64(1000)
@@ -35,7 +35,7 @@ func benchBackup(b *testing.B, bkt sink.Bucket, mib int, compression string) ([]
 		var es []sinktest.Entry
 		size := 0
 		for size < 32<<20 {
-			table, handle := int64(1+r.IntN(3)), int64(r.IntN(1_000_000))
+			table, handle := int64(1+r.IntN(tables)), int64(r.IntN(1_000_000))
 			start, commit := ts, ts+1
 			ts += 2
 			switch x := r.IntN(10); {
@@ -69,7 +69,8 @@ func benchBackup(b *testing.B, bkt sink.Bucket, mib int, compression string) ([]
 // BenchmarkRestore reports restore throughput in MB/s of uncompressed log
 // data and the heap the restore adds at its peak (over the in-memory
 // bucket's, with GOGC=5 so that garbage hardly counts), with MaxMemory well below the data size so the
-// external sort spills.
+// external sort spills. Its select runs restore parts of a backup of ten
+// tables (see benchmarkSelect).
 func BenchmarkRestore(b *testing.B) {
 	for _, comp := range []string{sink.CompressionNone, sink.CompressionZstd} {
 		b.Run(comp, func(b *testing.B) {
@@ -82,7 +83,7 @@ func BenchmarkRestore(b *testing.B) {
 				defer g.Close()
 				bkt = g
 			}
-			metas, ts := benchBackup(b, bkt, *benchRestoreMiB, comp)
+			metas, ts := benchBackup(b, bkt, *benchRestoreMiB, comp, 3)
 			runtime.GC()
 			b.ResetTimer()
 			if *benchLowGC {
@@ -110,6 +111,7 @@ func BenchmarkRestore(b *testing.B) {
 			}
 		})
 	}
+	b.Run("select", benchmarkSelect)
 }
 
 // cpuTime is the user and system CPU time of the process so far.
@@ -140,5 +142,46 @@ func peakHeap(stop <-chan struct{}) uint64 {
 			return peak
 		case <-t.C:
 		}
+	}
+}
+
+// benchmarkSelect restores, from one zstd backup of -restore-mib MiB over
+// ten tables of the same shape, the whole backup, one table, and the same
+// table as a key range, and reports the bytes the bucket's client read per
+// restore (read-MiB) beside the time: a selection's cost follows the data
+// it selects (docs/RESTORE.md, "Selective restore").
+func benchmarkSelect(b *testing.B) {
+	var bkt sink.Bucket = sink.NewMemBucket()
+	if *benchRestoreGCS {
+		g, err := gcs.New(context.Background(), gcs.Config{Bucket: testenv.Bucket, Endpoint: testenv.StartGCS(b).Endpoint()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		bkt = g
+	}
+	metas, ts := benchBackup(b, bkt, *benchRestoreMiB, sink.CompressionZstd, 10)
+	rc := sinktest.NewReadCounter(bkt)
+	for _, sel := range []struct {
+		name   string
+		tables map[int64]bool
+		keys   sink.KeyRange
+	}{
+		{"all", nil, sink.KeyRange{}},
+		{"table-1-of-10", map[int64]bool{1: true}, sink.KeyRange{}},
+		{"keys-of-table-1", nil, sink.KeyRange{Start: event.TablePrefix(1), End: event.TablePrefix(2)}},
+	} {
+		b.Run(sel.name, func(b *testing.B) {
+			for b.Loop() {
+				rc.Reset()
+				st, err := sink.Restore(context.Background(), sink.RestoreOptions{Bucket: rc, Flow: testFlow, MetaPaths: metas, TS: ts,
+					Tables: sel.tables, Keys: sel.keys, OutDir: b.TempDir(), TempDir: b.TempDir(), MaxMemory: int64(*benchRestoreMem) << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(st.LogBytes)
+				b.ReportMetric(float64(rc.Total())/(1<<20), "read-MiB")
+			}
+		})
 	}
 }

@@ -68,10 +68,11 @@ func under(name, dir string) bool {
 // streamFlowMeta streams meta object path of flow f (see streamMeta),
 // calling file for each file that holds f's entries; it checks that the
 // meta is f's (Flow.check) before the first. header, if not nil, sees the
-// checked meta without its files first. It returns the object's size.
-func streamFlowMeta(ctx context.Context, b Bucket, f Flow, path string, header func(m *Meta) error, file func(m *Meta, i int, fm *FileMeta) error) (int64, error) {
+// checked meta without its files first; keys keeps a prefix of the files'
+// keys (see metaParts). It returns the object's size.
+func streamFlowMeta(ctx context.Context, b Bucket, f Flow, path string, keys bool, header func(m *Meta) error, file func(m *Meta, i int, fm *FileMeta) error) (int64, error) {
 	var hdr *Meta
-	_, _, size, err := streamMeta(ctx, b, path, metaParts{}, metaVisitor{
+	_, _, size, err := streamMeta(ctx, b, path, metaParts{keys: keys}, metaVisitor{
 		header: func(m *Meta) error {
 			if err := f.check(m); err != nil {
 				return &badMetaError{path: path, err: fmt.Errorf("refused: %w", err)}

@@ -101,6 +101,9 @@ func writeTables(o RestoreOptions, writes, defaults *extSorter, snaps *snapIter,
 		if decided != nil && bytes.Equal(encoded, decided) {
 			continue // an older version, or a duplicate of the chosen one
 		}
+		if !o.keys.holds(encoded) {
+			continue // a snapshot chunk's key outside the key range
+		}
 		// Lock and rollback records and ts > TS were dropped when read, so
 		// this is the newest visible put or delete of the key.
 		decided = append(decided[:0], encoded...)

@@ -62,7 +62,8 @@ const (
 // pick decides what chunk i of dataPath, described by f, is to the plan.
 func (p *restorePlan) pick(dataPath string, i int, f *FileMeta) (chunkJob, int) {
 	o := p.o
-	if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 || o.Tables != nil && !o.Tables[f.TableID] || f.MinTS > o.TS {
+	if f.IsMeta || f.Op != OpPut || f.NumberOfEntries == 0 && f.RawLength == 0 || !o.selected(f.TableID) || f.MinTS > o.TS ||
+		!o.keys.overlaps(f.StartKey, f.EndKey) {
 		return chunkJob{}, pickNone
 	}
 	j := chunkJob{path: dataPath, index: i, f: *f, hi: o.TS}
@@ -108,7 +109,7 @@ func (p *restorePlan) job(dataPath string, i int, f *FileMeta) (chunkJob, bool) 
 // each reads the metas again, in order, and sends every job of the plan.
 func (p *restorePlan) each(ctx context.Context, send func(chunkJob) error) error {
 	for _, mp := range p.o.MetaPaths {
-		_, err := streamFlowMeta(ctx, p.o.Bucket, p.o.Flow, mp, nil, func(m *Meta, i int, f *FileMeta) error {
+		_, err := streamFlowMeta(ctx, p.o.Bucket, p.o.Flow, mp, !p.o.Keys.All(), nil, func(m *Meta, i int, f *FileMeta) error {
 			if j, ok := p.job(m.DataPath, i, f); ok {
 				return send(j)
 			}
@@ -132,7 +133,9 @@ type planScan struct {
 
 func (s *planScan) file(p *restorePlan, dataPath string, i int, f *FileMeta) {
 	o := p.o
-	if f.CF == CFWrite && !f.IsMeta && f.Op == OpPut && (f.NumberOfEntries > 0 || f.RawLength > 0) && (o.Tables == nil || o.Tables[f.TableID]) {
+	// Whether the restore has data as of TS is a question of its tables,
+	// not of its key range: a range without keys restores empty tables.
+	if f.CF == CFWrite && !f.IsMeta && f.Op == OpPut && (f.NumberOfEntries > 0 || f.RawLength > 0) && o.selected(f.TableID) {
 		if s.first == 0 || f.MinTS < s.first {
 			s.first = f.MinTS
 		}
@@ -183,7 +186,7 @@ func planRestore(ctx context.Context, o *RestoreOptions) (*restorePlan, error) {
 	)
 	err = forEach(ctx, len(o.MetaPaths), o.Parallel, func(ctx context.Context, k int) error {
 		s := planScan{minBegin: map[int64]uint64{}, defMax: map[int64][]uint64{}}
-		_, err := streamFlowMeta(ctx, o.Bucket, o.Flow, o.MetaPaths[k], nil, func(m *Meta, i int, f *FileMeta) error {
+		_, err := streamFlowMeta(ctx, o.Bucket, o.Flow, o.MetaPaths[k], !o.Keys.All(), nil, func(m *Meta, i int, f *FileMeta) error {
 			s.file(p, m.DataPath, i, f)
 			return nil
 		})

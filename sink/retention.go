@@ -83,7 +83,7 @@ func ReadMetaSummaries(ctx context.Context, b Bucket, f Flow, paths []string, ts
 	err := forEach(ctx, len(paths), parallel, func(ctx context.Context, i int) error {
 		s := MetaSummary{Path: paths[i], MinBeginAfter: math.MaxUint64}
 		tables := map[int64]bool{}
-		size, err := streamFlowMeta(ctx, b, f, paths[i], func(m *Meta) error {
+		size, err := streamFlowMeta(ctx, b, f, paths[i], false, func(m *Meta) error {
 			s.Version, s.DataPath = m.Version, m.DataPath
 			return nil
 		}, func(_ *Meta, _ int, fm *FileMeta) error {

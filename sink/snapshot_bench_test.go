@@ -14,7 +14,7 @@ import (
 func BenchmarkRestoreFromSnapshot(b *testing.B) {
 	ctx := context.Background()
 	bkt := sink.NewMemBucket()
-	metas, ts := benchBackup(b, bkt, *benchRestoreMiB, sink.CompressionZstd)
+	metas, ts := benchBackup(b, bkt, *benchRestoreMiB, sink.CompressionZstd, 3)
 	snapTS := ts - (ts-1000)/10
 	win := map[int64]sink.SnapshotWindow{1: {}, 2: {}, 3: {}}
 	st, err := sink.Snapshot(ctx, sink.SnapshotOptions{Bucket: bkt, Flow: testFlow, MetaPaths: metas, TS: snapTS, Windows: win,

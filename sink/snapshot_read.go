@@ -95,7 +95,7 @@ func pickBases(ctx context.Context, o RestoreOptions) (map[int64]snapshotBase, e
 		}
 		need := false
 		for id, w := range o.Windows {
-			if _, ok := bases[id]; !ok && w.Since <= ref.TS && (o.Tables == nil || o.Tables[id]) {
+			if _, ok := bases[id]; !ok && w.Since <= ref.TS && o.selected(id) {
 				need = true
 				break
 			}
@@ -109,7 +109,7 @@ func pickBases(ctx context.Context, o RestoreOptions) (map[int64]snapshotBase, e
 		}
 		for _, t := range m.Tables {
 			w, ok := o.Windows[t.TableID]
-			if _, done := bases[t.TableID]; !ok || done || t.Since != w.Since || o.Tables != nil && !o.Tables[t.TableID] {
+			if _, done := bases[t.TableID]; !ok || done || t.Since != w.Since || !o.selected(t.TableID) {
 				continue
 			}
 			bases[t.TableID] = snapshotBase{ts: ref.TS, path: ref.Path, table: t}
@@ -118,7 +118,8 @@ func pickBases(ctx context.Context, o RestoreOptions) (map[int64]snapshotBase, e
 	return bases, nil
 }
 
-// snapIter yields the entries of the tables' snapshots in data key order:
+// snapIter yields the entries of the tables' snapshots in data key order
+// (only the chunks that overlap the restore's key range are read):
 // tables in table id order (the order of their keys), each table's value
 // chunks merged with its no-value chunks. Each kind is read ahead by a
 // goroutine of its own, chunk after chunk, in batches of entries; every
@@ -137,6 +138,9 @@ func newSnapIter(ctx context.Context, o RestoreOptions, bases map[int64]snapshot
 	for _, id := range ids {
 		t := bases[id].table
 		for i, c := range t.Chunks {
+			if !o.keys.overlaps(c.MinKey, c.MaxKey) {
+				continue // none of its keys is restored
+			}
 			j := chunkJob{path: t.DataPath, index: i, f: c.fileMeta(id)}
 			if c.NoValue {
 				novals = append(novals, j)

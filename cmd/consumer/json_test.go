@@ -134,6 +134,13 @@ func TestJSONOutputs(t *testing.T) {
 	if l, ok := r["left_out"].([]any); !ok || len(l) != 0 {
 		t.Errorf("restore --json: left_out %v, want []", r["left_out"])
 	}
+	if sel := fmt.Sprint(r["selection"]); sel != "map[end_key: start_key: tables:[]]" {
+		t.Errorf("restore --json: selection %s, want every table and key", sel)
+	}
+	r = run("restore", "--flow", "f", "--out", t.TempDir(), "--temp-dir", t.TempDir(), "--tables", "2,1", "--start-key", backuptest.RowHex(1, 2))
+	if sel := fmt.Sprint(r["selection"]); num(r["tables"]) != 2 || num(r["keys"]) != 1 || sel != "map[end_key: start_key:"+backuptest.RowHex(1, 2)+" tables:[1 2]]" {
+		t.Errorf("restore --json of tables 2,1 from row (1,2): %v", r)
+	}
 
 	s := run("snapshot", "--flow", "f", "--temp-dir", t.TempDir())
 	wantPath := fmt.Sprintf("pre/default/f/v1/snapshot/%020d-1/snapshot.meta", snapTS)

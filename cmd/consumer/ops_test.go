@@ -116,6 +116,11 @@ func TestRestoreVerifyCommands(t *testing.T) {
 			"2": {backuptest.RowHex(2, 9) + "=nine@105"},
 		}, ""},
 		{"one table", []string{"--ts", "150", "--tables", "2"}, map[string][]string{"2": {backuptest.RowHex(2, 9) + "=nine@105"}}, ""},
+		{"key range", []string{"--ts", "150", "--start-key", backuptest.RowHex(1, 2), "--end-key", backuptest.RowHex(2, 9)}, map[string][]string{
+			"1": {backuptest.RowHex(1, 2) + "=big value bi@103"},
+			"2": {}, // the range ends before the table's only row
+		}, ""},
+		{"key range of one table", []string{"--start-key", backuptest.RowHex(2, 0)}, map[string][]string{"2": {backuptest.RowHex(2, 9) + "=nine-2@203"}}, ""},
 		{"past checkpoint", []string{"--ts", "301"}, nil, "past the flow's checkpoint 300"},
 		{"unknown flow", []string{"--flow", "nope"}, nil, "no flow default/nope"},
 		{"dropped id unknown", []string{"--flow-id", "77"}, nil, "no such flow"},

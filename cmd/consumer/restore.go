@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
@@ -24,7 +24,7 @@ type restoreConfig struct {
 	TS        tsFlag
 	Out       string
 	Force     bool
-	Tables    string
+	Select    backup.SelectionFlags
 	TempDir   string
 	MaxMemory cli.Size
 	Parallel  int
@@ -42,7 +42,7 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.TS, "ts", "restore as of this TSO, RFC 3339 time (2026-12-01T10:00:00Z) or negative duration ago (-15m) (default: the flow's checkpoint; may not exceed it)")
 	f.StringVar(&c.Out, "out", "", "directory to write <table_id>.jsonl into (created 0700 if missing; must be empty unless --force)")
 	f.BoolVar(&c.Force, "force", false, "write into a non-empty --out, replacing its <table_id>.jsonl files (links are replaced, never followed)")
-	f.StringVar(&c.Tables, "tables", "", "comma-separated table ids to restore (default: all)")
+	c.Select.RegisterFlags(f)
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while restoring")
 	c.MaxMemory = 256 << 20
 	f.Var(&c.MaxMemory, "max-memory", "entries buffered in memory before spilling sorted runs to --temp-dir; also the Go soft memory limit unless GOMEMLIMIT is set")
@@ -50,21 +50,6 @@ func (c *restoreConfig) RegisterFlags(f *flag.FlagSet) {
 	f.BoolVar(&c.FromBucket, "from-bucket", false, "read the backup from the bucket alone, without Redis: the flow's catalog, the group's checkpoint object and the metas in the bucket (the same output at every ts up to the checkpoint)")
 	f.BoolVar(&c.Snapshots, "snapshots", true, "start each table from its newest listed snapshot at or below --ts (false: read the log alone, which fails below the truncation point)")
 	c.out.RegisterFlags(f)
-}
-
-func (c *restoreConfig) tables() (map[int64]bool, error) {
-	if c.Tables == "" {
-		return nil, nil
-	}
-	out := map[int64]bool{}
-	for _, s := range strings.Split(c.Tables, ",") {
-		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("--tables: %q is not a table id", s)
-		}
-		out[id] = true
-	}
-	return out, nil
 }
 
 func runRestore(ctx context.Context, args []string) error {
@@ -75,7 +60,7 @@ func runRestore(ctx context.Context, args []string) error {
 		if cfg.Out == "" {
 			return errors.New("--out is required")
 		}
-		if _, err := cfg.tables(); err != nil {
+		if err := cfg.Select.Validate(); err != nil {
 			return err
 		}
 		_, err := flowLookup(cfg.Flow, cfg.FlowID)
@@ -119,12 +104,32 @@ type restoreJSON struct {
 	Snapshot     tsJSON    `json:"snapshot"`
 	NoValue      int64     `json:"no_value_keys"`
 	LeftOut      []leftOut `json:"left_out"`
+	Selection    selJSON   `json:"selection"`
+}
+
+// selJSON is a restore's selection: the tables asked for ([] for every
+// table) and the raw key range, hex ("" for no bound).
+type selJSON struct {
+	Tables   []int64 `json:"tables"`
+	StartKey string  `json:"start_key"`
+	EndKey   string  `json:"end_key"`
+}
+
+func selectionOf(s backup.Selection) selJSON {
+	j := selJSON{Tables: []int64{}, StartKey: hex.EncodeToString(s.StartKey), EndKey: hex.EncodeToString(s.EndKey)}
+	for id, ok := range s.Tables {
+		if ok {
+			j.Tables = append(j.Tables, id)
+		}
+	}
+	slices.Sort(j.Tables)
+	return j
 }
 
 // restore runs a parsed `consumer restore`: backup.Restore decides what it
 // may write, this prints it.
 func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bucket) error {
-	tables, err := cfg.tables()
+	sel, err := cfg.Select.Selection()
 	if err != nil {
 		return err
 	}
@@ -134,7 +139,7 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	}
 	_, statErr := os.Lstat(cfg.Out)
 	outExisted := statErr == nil
-	r := &reader{ts: &cfg.TS, verb: "restoring", noun: "restore", tables: cfg.Tables, out: &cfg.out}
+	r := &reader{ts: &cfg.TS, verb: "restoring", noun: "restore", tables: cfg.Select.Tables, out: &cfg.out}
 	progress := newProgressLine(os.Stderr)
 	var start time.Time // of the read itself, for its MiB/s
 	notify := func(e backup.Event) {
@@ -145,8 +150,8 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	}
 	var last sink.RestoreProgress
 	res, err := backup.Restore(ctx, cfg.conn.source(st, b), backup.RestoreRequest{
-		Request: backup.Request{Flow: l, TS: cfg.TS.ts, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify},
-		Tables:  tables, LogOnly: !cfg.Snapshots,
+		Request:   backup.Request{Flow: l, TS: cfg.TS.ts, MaxClockSkew: cfg.conn.MaxClockSkew, Notify: notify},
+		Selection: sel, LogOnly: !cfg.Snapshots,
 		OutDir: cfg.Out, Force: cfg.Force, TempDir: cfg.TempDir, MaxMemory: int64(cfg.MaxMemory), Parallel: cfg.Parallel,
 		Progress: func(p sink.RestoreProgress) {
 			last = p
@@ -169,6 +174,9 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	cfg.out.printf("restored flow %s/%s (id %d) as of %d (%s) into %s\n", f.Catalog, f.Name, f.ID, ts, tsTime(ts), cfg.Out)
 	cfg.out.printf("%d tables, %d keys, %d chunks from %d metas, %.1f MiB of log in %.2fs (%.1f MiB/s)\n",
 		stats.Tables, stats.Keys, stats.Chunks, res.Metas, mb, secs, mb/max(secs, 1e-9))
+	if !sel.Keys().All() {
+		cfg.out.printf("only the keys in [%s, %s) were read and written\n", keyBound(sel.StartKey, "first key"), keyBound(sel.EndKey, "last key"))
+	}
 	if stats.FromSnapshot > 0 {
 		cfg.out.printf("%d tables started from the snapshot at %d (%s); only the log after it was read\n", stats.FromSnapshot, stats.SnapshotTS, tsTime(stats.SnapshotTS))
 	}
@@ -177,7 +185,15 @@ func restore(ctx context.Context, cfg *restoreConfig, st backup.Store, b sink.Bu
 	}
 	return cfg.out.result(restoreJSON{Flow: flowOf(f), AsOf: tsOf(ts), Out: cfg.Out, Tables: stats.Tables, Keys: stats.Keys,
 		Chunks: stats.Chunks, Metas: res.Metas, LogB: stats.LogBytes, Seconds: secs,
-		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: nonNil(r.leftOut)})
+		FromSnapshot: stats.FromSnapshot, Snapshot: tsOf(stats.SnapshotTS), NoValue: stats.NoValue, LeftOut: nonNil(r.leftOut), Selection: selectionOf(sel)})
+}
+
+// keyBound is a bound of a key range as the summary shows it.
+func keyBound(k []byte, none string) string {
+	if len(k) == 0 {
+		return "the " + none
+	}
+	return hex.EncodeToString(k)
 }
 
 // outState says what an interrupted restore left of --out dir; existed is

@@ -191,3 +191,24 @@ func TestRestoreOutDirFlag(t *testing.T) {
 		t.Fatalf("table 1: %v", got)
 	}
 }
+
+// TestRestoreSelectionFlags: a key range that is not hex, or that holds no
+// key, is a usage error (exit 2) named by its flag, before anything is read.
+func TestRestoreSelectionFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--start-key", "7x"}, `--start-key: "7x" is not a hex raw key`},
+		{[]string{"--end-key", "748"}, `--end-key: "748" is not a hex raw key`},
+		{[]string{"--start-key", "7480", "--end-key", "7480"}, "--start-key 7480 is not before --end-key 7480"},
+		{[]string{"--start-key", "7481", "--end-key", "7480"}, "--start-key 7481 is not before --end-key 7480"},
+		{[]string{"--tables", "1", "--start-key", backuptest.RowHex(2, 0)}, "table 1 has no key in"},
+	} {
+		args := append([]string{"restore", "--flow", "f", "--out", t.TempDir()}, tc.args...)
+		r := runConsumer(t, time.Minute, nil, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}

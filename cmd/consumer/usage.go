@@ -24,7 +24,9 @@ var commandHelp = []struct {
 	{"dev", helpText{"dev [flags]", "run everything embedded (Kafka, GCS, Redis if none) with a demo flow and load", devHelpMore}},
 	{"restore", helpText{"restore --flow F [--ts T] --out DIR [flags]", "write a flow's tables as of a timestamp",
 		"Each table goes to DIR/<table_id>.jsonl. An interrupt removes the sort files and\n" +
-			"what this run wrote: --out is left as it was before the run.\n"}},
+			"what this run wrote: --out is left as it was before the run. --tables and\n" +
+			"--start-key/--end-key select what is read: only the chunks that can hold\n" +
+			"selected keys are fetched.\n"}},
 	{"verify", helpText{"verify --flow F [flags]", "check every object and checksum of a flow's backup; exit 1 on a fault", ""}},
 	{"snapshot", helpText{"snapshot --flow F [--ts T] [flags]", "save a flow's tables as of a timestamp so restores start there", ""}},
 	{"flows", helpText{"flows [flags]", "list flows with their state, checkpoint and coverage", ""}},

@@ -1,0 +1,77 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/flowlog/flowlog/event"
+	"github.com/flowlog/flowlog/internal/testenv"
+	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/sink"
+)
+
+// A backlog larger than a few cycles is committed to its end without
+// waiting for the flush interval: once every partition is read up to its
+// high watermark, the last cycle freezes (trigger caught_up). The interval
+// here is an hour, so without the trigger the backlog's tail would stay
+// uncommitted for the whole test.
+func TestCatchUpEndsWithItsBacklog(t *testing.T) {
+	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) {
+		// Fetches (a quarter of 16 MiB, split over the partitions) far
+		// smaller than a cycle, so the backlog takes many of them and its
+		// tail is less than a cycle.
+		c.MaxMemory, c.FlushSize, c.MaxTempBytes = 16<<20, 4<<20, 64<<20
+		c.FlushInterval, c.Compression = time.Hour, "none"
+	})
+	r.createFlowAsync("catchup", 1)
+	want := map[string]int{}
+	// About 14 MB: three cycles by size and a tail.
+	const batches, perBatch = 216, 250
+	value := bytes.Repeat([]byte("x"), 200)
+	for i := range batches {
+		b := putBatch(uint64(1+i%4), 1, int64(i*perBatch), perBatch, int64(i*perBatch))
+		for j := range b.Events {
+			w, _ := event.AppendWrite(nil, event.Write{Type: event.WritePut, StartTS: ts(int64(i*perBatch+j)) - 1, ShortValue: value, HasShortValue: true})
+			b.Events[j].Value = w
+		}
+		for _, e := range b.Events {
+			want[string(e.Key)+"\x00"+string(e.Value)] = 1
+		}
+		r.produceBatch(b)
+	}
+	ctx := context.Background()
+	ends, err := kadm.NewClient(r.kafka.Client(t)).ListEndOffsets(ctx, testenv.ApplyTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The whole backlog is in Kafka before the consumer starts.
+	r.start()
+	r.eventually(60*time.Second, func() bool {
+		done := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset == 0 {
+				return
+			}
+			got, ok, err := r.store.Offset(ctx, testenv.ApplyTopic, o.Partition)
+			if err != nil || !ok || got != o.Offset {
+				done = false
+			}
+		})
+		return done
+	}, "the whole backlog committed, well before the hour-long interval")
+	if n := testutil.ToFloat64(r.cons.MetricCycles("caught_up", "ok")); n < 1 {
+		t.Fatalf("flush_cycles_total{trigger=caught_up,result=ok} = %v, want at least 1", n)
+	}
+	id, _, err := r.store.FlowIDByName(ctx, "default", "catchup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got := r.entries(id)
+	checkOnce(t, got, want)
+	checkOffsetsCommitted(t, r)
+}
