@@ -54,3 +54,41 @@ func TestRefuseTheFuture(t *testing.T) {
 		t.Errorf("snapshot with the checkpoint at 2^64-1 = %v, want a *backup.FutureError of the checkpoint", err)
 	}
 }
+
+// TestVerifyClock: verify's clock rule reports every checkpoint and window
+// bound further ahead of the clock than the skew, in order, with how far
+// ahead it lies, and nothing within the skew; the Redis checkpoint only
+// when there is one (a verify from the bucket alone has none).
+func TestVerifyClock(t *testing.T) {
+	now := time.Now()
+	skew := time.Minute
+	honest := event.ComposeTS(now.UnixMilli(), 0)
+	ahead := event.ComposeTS(now.Add(time.Hour).UnixMilli(), 0)
+	windows := []meta.Window{{TableID: 1, Since: honest}, {TableID: 2, Since: ahead, Until: &ahead}, {TableID: 3, Since: honest, Until: &honest}}
+	for _, tc := range []struct {
+		name      string
+		redis     *uint64
+		ckpt      uint64
+		windows   []meta.Window
+		wantKinds []string
+		wantTable []uint32
+	}{
+		{"all honest", &honest, honest, windows[:1], nil, nil},
+		{"redis checkpoint ahead", &ahead, honest, nil, []string{backup.BoundRedisCheckpoint}, []uint32{0}},
+		{"no redis checkpoint", nil, ahead, nil, []string{backup.BoundCheckpointObject}, []uint32{0}},
+		{"windows", &honest, honest, windows, []string{backup.BoundWindowSince, backup.BoundWindowUntil}, []uint32{2, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := backup.VerifyClock(tc.redis, tc.ckpt, tc.windows, now, skew)
+			if len(got) != len(tc.wantKinds) {
+				t.Fatalf("bounds %+v, want kinds %v", got, tc.wantKinds)
+			}
+			for i, b := range got {
+				if b.Kind != tc.wantKinds[i] || b.Table != tc.wantTable[i] || b.TS != ahead || b.Skew != skew ||
+					b.Ahead < 59*time.Minute || b.Ahead > time.Hour {
+					t.Errorf("bound %d = %+v, want %s of table %d at %d, about 1h ahead", i, b, tc.wantKinds[i], tc.wantTable[i], ahead)
+				}
+			}
+		})
+	}
+}

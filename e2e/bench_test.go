@@ -551,30 +551,11 @@ func peakRSS(p *proc) (procMemory, error) {
 	p.mu.Lock()
 	pid := p.cmd.Process.Pid
 	p.mu.Unlock()
-	var m procMemory
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := testenv.ProcStatus(pid, "VmHWM", "RssFile", "RssAnon")
 	if err != nil {
-		return m, err
+		return procMemory{}, err
 	}
-	defer f.Close()
-	fields := map[string]*int64{"VmHWM:": &m.peak, "RssFile:": &m.file, "RssAnon:": &m.anonNow}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		for name, dst := range fields {
-			if v, ok := strings.CutPrefix(sc.Text(), name); ok {
-				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				if err != nil {
-					return m, fmt.Errorf("/proc/%d/status %s: %w", pid, name, err)
-				}
-				*dst = kb << 10
-				delete(fields, name)
-			}
-		}
-	}
-	if len(fields) > 0 {
-		return m, fmt.Errorf("/proc/%d/status lacks %d of VmHWM, RssFile, RssAnon", pid, len(fields))
-	}
-	return m, sc.Err()
+	return procMemory{peak: v["VmHWM"], file: v["RssFile"], anonNow: v["RssAnon"]}, nil
 }
 
 // tempDiskSampler records the largest size of a temp dir it sees, every

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -64,24 +63,6 @@ func procLimit(pid int, name string) int {
 	return -1
 }
 
-// procStatusBytes returns the kB field name ("VmHWM:") of
-// /proc/<pid>/status in bytes, or 0.
-func procStatusBytes(pid int, name string) int64 {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // waitCheckpointOrExit waits until flow faultFlow's checkpoint reaches ts
 // or cons exits, whichever comes first, and fails the test if cons exited.
 func waitCheckpointOrExit(t *testing.T, c *cluster, cons *proc, ts uint64, timeout time.Duration) {
@@ -138,7 +119,8 @@ func TestHostileManyRegionsLowFileLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	checkOffsetsAtEnd(ctx, t, c.Broker.Addr, "flowlog", meta.NewStore(c.Redis.Client(t), "flowlog", nil), 4)
-	hwm := procStatusBytes(pid, "VmHWM:")
+	st, _ := testenv.ProcStatus(pid, "VmHWM") // nil once it exited: 0
+	hwm := st["VmHWM"]
 	peak := fds.Halt()
 	t.Logf("%s; %d events of the flow backed up in %d chunks of %d metas (%d duplicates) in %v; "+
 		"open descriptors peaked at %d of %d; VmHWM %d MiB",

@@ -206,7 +206,8 @@ func watchRSS(t testing.TB, p *proc, bound int64) *rssWatchdog {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			rss := procStatusBytes(pid, "VmRSS:") // 0 once it exited
+			st, _ := testenv.ProcStatus(pid, "VmRSS")
+			rss := st["VmRSS"] // 0 once it exited
 			if rss > w.peak.Load() {
 				w.peak.Store(rss)
 			}

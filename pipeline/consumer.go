@@ -83,9 +83,13 @@ type Consumer struct {
 
 	status statusCache // the flows' Redis part of /status
 
-	mu      sync.Mutex
-	cur     *session // the running session, for Flush and Status
-	lastCyc CycleStatus
+	// lastCyc is the last committed cycle, for /status. The flusher
+	// stores it without taking mu: the flusher never waits on the
+	// Consumer's lock.
+	lastCyc atomic.Pointer[CycleStatus]
+
+	mu  sync.Mutex
+	cur *session // the running session, for Flush and Status
 
 	// flowLabels are the flow labels with metric series; the consume loop
 	// owns it (observeFlows).
@@ -220,7 +224,8 @@ func (c *Consumer) Flush(ctx context.Context) error {
 
 // runSession is one membership of the group: it builds the session and its
 // Kafka client, starts the flusher, runs the consume loop until ctx ends or
-// the session fails, and then ends the session (endSession).
+// the session fails, and then ends the session (end), which stops all it
+// started.
 func (c *Consumer) runSession(ctx context.Context) error {
 	s := &session{
 		c:        c,
@@ -237,12 +242,11 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	c.fatal.reset() // the cycles that failed belonged to the session before
 	opts, err := s.clientOpts()
 	if err != nil {
-		return err
+		return err // nothing started yet
 	}
-	// The decompressor outlives the client: s.end closes the client first.
-	defer s.dec.close()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		s.dec.close() // the only part started yet
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	s.cl = cl
@@ -250,19 +254,13 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	s.adm = kadm.NewClient(cl)
 	close(s.clReady)
 	// The flusher's context outlives ctx: a graceful stop still commits
-	// the final cycle. endSession cancels it.
+	// the final cycle. end cancels it.
 	flCtx, flCancel := context.WithCancel(context.WithoutCancel(ctx))
 	flDone := s.fl.start(flCtx, cl, s.adm)
 
 	c.mu.Lock()
 	c.cur = s
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.cur = nil
-		c.mu.Unlock()
-		close(s.stopped)
-	}()
 	return s.end(s.loop(ctx), flCancel, flDone)
 }
 
@@ -329,6 +327,12 @@ func (s *session) clientOpts() ([]kgo.Opt, error) {
 //  5. Close the Kafka client: it leaves the group and the partitions move.
 //  6. Remove the current generation's files (a graceful stop froze them
 //     all in step 1; after a failure they are consumed again).
+//  7. Unpublish the session and close stopped: POST /flush no longer
+//     reaches it, and a Flush waiting to hand it a request returns.
+//  8. Close the batch decompressor (its pooled zstd decoders): only now,
+//     since the client decompresses fetches until step 5 returns.
+//
+// When end returns, nothing the session started still runs.
 func (s *session) end(err error, flCancel context.CancelFunc, flDone <-chan struct{}) error {
 	c := s.c
 	if err == nil {
@@ -357,5 +361,10 @@ func (s *session) end(err error, flCancel context.CancelFunc, flDone <-chan stru
 	s.mu.Unlock()
 	s.cl.Close()
 	s.dropAll()
+	c.mu.Lock()
+	c.cur = nil
+	c.mu.Unlock()
+	close(s.stopped)
+	s.dec.close()
 	return err
 }

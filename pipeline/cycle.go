@@ -122,10 +122,8 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	}
 	c.m.flushDuration.WithLabelValues("checkpoint").Observe(time.Since(start).Seconds())
 
-	c.mu.Lock()
-	c.lastCyc = CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
-		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()}
-	c.mu.Unlock()
+	c.lastCyc.Store(&CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
+		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()})
 	// An interval cycle without files (offsets and checkpoints only) is
 	// most of an idle consumer's cycles: debug, so that the log holds what
 	// moved data. A stop's or a revoke's cycle is logged even when empty:

@@ -72,4 +72,33 @@
 //   - http.go, health.go, status.go, listener.go, metrics.go: the HTTP
 //     surface and metrics.
 //   - shutdown.go: a stop's errors; config.go: Config.
+//
+// # Goroutines
+//
+// Every goroutine has one owner and one way to stop:
+//
+//   - The consume loop (session.loop) runs on the goroutine that called
+//     Consumer.Run, one session after another. It returns when Run's ctx
+//     ends or the session fails; session.end (consumer.go) then stops
+//     everything below that the session started, in the numbered order
+//     written there, and Run returns once a stop's session has ended.
+//   - The flusher (flusher.start): one per session, owned by runSession.
+//     end closes it and waits for it; it returns once its queue is drained,
+//     or at once after a failure, when end cancels its context first.
+//   - The session's Kafka client and its rebalance callbacks (assign.go):
+//     the callbacks run on the client's goroutines while the loop is inside
+//     PollFetches, and a revoke waits for its cycle at most 45s. end closes
+//     the client after the flusher has returned.
+//   - Upload and spill workers (upload.go uploadAll, spill.go parallel):
+//     started and waited for by the one call that needs them.
+//   - Health probes (health.go), the /status Redis read (status.go) and a
+//     POST /flush (http.go): at most one of each at a time, on a context
+//     of their own that ends within probeTimeout, statusRedisTime and
+//     flushWait; no request waits for longer than its own deadline.
+//   - The HTTP server is cmd/consumer's (runHTTP): the run stops it after
+//     Run returns, and a failure of it ends the run as a signal does and is
+//     the run's error.
+//
+// TestSessionEndLeavesNoGoroutine checks the first three from the
+// goroutines' stacks after a session fails and after a stop.
 package pipeline

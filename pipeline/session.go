@@ -24,8 +24,7 @@ const (
 	triggerRequest  = "request"
 	triggerFiles    = "files"
 	// triggerCaughtUp ends a catch-up: the backlog that made cycles freeze
-	// by size has been read to the end (docs/OPERATING.md, "Flush
-	// triggers").
+	// by size has been read to the end (docs/FORMAT.md, "Flush cycle").
 	triggerCaughtUp = "caught_up"
 )
 

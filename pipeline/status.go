@@ -109,12 +109,15 @@ const (
 func (c *Consumer) Status() Status {
 	c.mu.Lock()
 	s := c.cur
-	st := Status{LastCycle: c.lastCyc, TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
+	st := Status{TSAheadSeconds: time.Duration(c.tsAhead.Load()).Seconds(),
 		MaxClockSkewSeconds: c.cfg.MaxClockSkew.Seconds()}
 	if err := c.OwnerLost(); err != nil {
 		st.Stopped = err.Error()
 	}
 	c.mu.Unlock()
+	if last := c.lastCyc.Load(); last != nil {
+		st.LastCycle = *last
+	}
 	fatal := c.fatal.ids()
 	flows := c.d.Registry.Flows()
 	sums, asOf, serr := c.status.read(c, flows, statusRedisWait)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,24 +17,6 @@ import (
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 )
-
-// syncBuffer is an output buffer that a test reads while a process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitFor polls cond every 100ms until it holds or limit passes.
 func waitFor(limit time.Duration, cond func() bool) bool {
@@ -84,7 +65,7 @@ func TestDevKeepRunning(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		cmd := consumerCmd(ctx, dir, nil, append(args, "--keep-running", "--heartbeat-interval", "200ms")...)
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

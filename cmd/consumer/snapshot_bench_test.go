@@ -212,11 +212,8 @@ func pollHWM(pid int, stop <-chan struct{}) float64 {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-			if m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(b); m != nil {
-				kb, _ := strconv.ParseFloat(string(m[1]), 64)
-				hwm = max(hwm, kb/1024)
-			}
+		if st, err := testenv.ProcStatus(pid, "VmHWM"); err == nil {
+			hwm = max(hwm, float64(st["VmHWM"])/(1<<20))
 		}
 		select {
 		case <-stop:

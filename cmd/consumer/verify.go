@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/flowlog/flowlog/backup"
-	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/sink"
 )
@@ -247,26 +246,20 @@ func printVerified(v *verifiedFlow, f sink.Flow, fromBucket bool) {
 	}
 }
 
-// futureFaults adds a fault for every checkpoint and window bound that lies
-// further ahead of now than skew: a ts no clock could honestly give moved it
-// there, so what it claims is unproven.
-// redis is false when the checkpoint came from the bucket, not Redis.
+// futureFaults adds a fault for every bound of r and windows that the
+// clock rule of verify (backup.VerifyClock) finds ahead of the clock. redis
+// is false when the checkpoint came from the bucket, not Redis.
 func futureFaults(r *sink.VerifyReport, windows []meta.Window, now time.Time, skew time.Duration, redis bool) {
-	bound := event.MaxTS(now, skew)
-	future := func(what string, ts uint64) {
-		if ts > bound {
-			r.Faults = append(r.Faults, fmt.Sprintf("%s %d (%s) is %v ahead of this machine's clock, more than --max-clock-skew %v",
-				what, ts, tsTime(ts), event.Ahead(ts, now).Round(time.Second), skew))
-		}
-	}
+	var redisCkpt *uint64
 	if redis {
-		future("redis checkpoint", r.RedisCheckpoint)
+		redisCkpt = &r.RedisCheckpoint
 	}
-	future("checkpoint object", r.CheckpointTS)
-	for _, w := range windows {
-		future(fmt.Sprintf("table %d: coverage window since", w.TableID), w.Since)
-		if w.Until != nil {
-			future(fmt.Sprintf("table %d: coverage window until", w.TableID), *w.Until)
+	for _, b := range backup.VerifyClock(redisCkpt, r.CheckpointTS, windows, now, skew) {
+		what := b.Kind
+		if b.Kind == backup.BoundWindowSince || b.Kind == backup.BoundWindowUntil {
+			what = fmt.Sprintf("table %d: %s", b.Table, b.Kind)
 		}
+		r.Faults = append(r.Faults, fmt.Sprintf("%s %d (%s) is %v ahead of this machine's clock, more than --max-clock-skew %v",
+			what, b.TS, tsTime(b.TS), b.Ahead.Round(time.Second), b.Skew))
 	}
 }

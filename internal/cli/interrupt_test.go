@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/flowlog/flowlog/internal/cli"
+	"github.com/flowlog/flowlog/internal/testenv"
 )
 
 // interruptChild, set in a child's environment, makes TestInterrupt's
@@ -38,7 +38,7 @@ func TestInterrupt(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestInterrupt$")
 	cmd.Env = append(os.Environ(), interruptChild+"=1")
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -75,22 +75,4 @@ func TestInterrupt(t *testing.T) {
 	if !strings.HasSuffix(out.String(), "second\n") {
 		t.Errorf("the second callback did not run last: %q", out.String())
 	}
-}
-
-// syncBuffer is a strings.Builder safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -68,4 +69,23 @@ func TestServices(t *testing.T) {
 			t.Fatalf("range read = %q, want %q", b, "ell")
 		}
 	})
+}
+
+// TestProcStatus reads this process's resident set from /proc in bytes,
+// and refuses a field /proc does not have: a memory bound checked against
+// a field that silently read 0 would always hold.
+func TestProcStatus(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	st, err := testenv.ProcStatus(os.Getpid(), "VmRSS", "VmHWM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["VmRSS"] < 1<<20 || st["VmHWM"] < st["VmRSS"] {
+		t.Errorf("VmRSS %d, VmHWM %d bytes: want at least 1 MiB, peak at least the current", st["VmRSS"], st["VmHWM"])
+	}
+	if st, err := testenv.ProcStatus(os.Getpid(), "VmRSS", "NoSuchField"); err == nil || st != nil {
+		t.Errorf("a missing field: %v, %v; want an error and no map", st, err)
+	}
 }
