@@ -13,14 +13,18 @@
 package catalog
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -38,6 +42,9 @@ type Writer struct {
 	Log    *slog.Logger
 	// Parallel is how many catalogs are uploaded at once (default 4).
 	Parallel int
+	// TempDir is where a catalog's JSON is written before its upload (the
+	// consumer's --temp-dir); empty: the system's temp directory.
+	TempDir string
 }
 
 // ErrForeignCatalog marks a catalog name that holds an object this writer
@@ -83,26 +90,78 @@ func (w *Writer) WriteDirty(ctx context.Context) (int, error) {
 // write uploads flow id's catalog at its current revision and records it
 // written. It reports whether it uploaded one (a flow with nothing to
 // describe is only recorded).
+//
+// A catalog of a wide flow is tens of MB of JSON: it is never held whole.
+// The content is read from Redis in pages (meta.Store.ScanCatalog, which
+// checks that the revision did not move meanwhile), streamed as JSON into a
+// temp file (sink.CatalogEncoder) with its size and CRC32C, and uploaded
+// from the file.
 func (w *Writer) write(ctx context.Context, id meta.FlowID) (bool, error) {
-	st, err := w.Store.CatalogState(ctx, id)
+	f, err := os.CreateTemp(w.TempDir, TempPattern)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("catalog of flow %d: %w", id, err)
 	}
-	c, ok := w.catalogOf(st)
-	if !ok {
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	bw := bufio.NewWriterSize(f, 64<<10)
+	var (
+		sum sumWriter
+		enc *sink.CatalogEncoder
+		c   sink.Catalog
+	)
+	st, err := w.Store.ScanCatalog(ctx, id, meta.CatalogVisitor{
+		Head: func(st meta.CatalogState) error {
+			// A scan that starts over writes the file again.
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			if err := f.Truncate(0); err != nil {
+				return err
+			}
+			bw.Reset(f)
+			sum = sumWriter{w: bw, crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
+			var ok bool
+			if c, ok = w.catalogOf(st); !ok {
+				return errNothingToDescribe
+			}
+			var err error
+			enc, err = sink.NewCatalogEncoder(&sum, c)
+			return err
+		},
+		Window: func(x meta.Window) error {
+			return enc.Window(sink.CatalogWindow{TableID: x.TableID, Since: x.Since, Until: x.Until})
+		},
+		History: func(x meta.Window) error {
+			return enc.History(sink.CatalogWindow{TableID: x.TableID, Since: x.Since, Until: x.Until})
+		},
+		Pending: func(p meta.PendingStep) error {
+			return enc.Pending(sink.CatalogPending{Seq: p.Seq, Added: p.Added, Removed: p.Removed, Ckpt: p.Ckpt})
+		},
+	})
+	if errors.Is(err, errNothingToDescribe) {
 		// No definition and no v1 meta to take a name from: a flow dropped
 		// before catalogs existed, with no backup. Nothing to describe.
 		_, err := w.Store.CatalogWritten(ctx, id, st.Rev)
 		return false, err
 	}
-	body, err := sink.EncodeCatalog(c)
 	if err != nil {
+		return false, err
+	}
+	if err := errors.Join(enc.Close(), bw.Flush()); err != nil {
+		return false, fmt.Errorf("catalog of flow %d: write %s: %w", id, f.Name(), err)
+	}
+	if sum.n > sink.MaxCatalogSize {
+		return false, fmt.Errorf("catalog of flow %d: %d bytes, more than %d MiB", id, sum.n, sink.MaxCatalogSize>>20)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return false, fmt.Errorf("catalog of flow %d: %w", id, err)
 	}
 	name := sink.CatalogPath(w.Prefix, c.Catalog, c.Name, w.Group, id, st.Rev)
-	err = w.Bucket.Upload(ctx, sink.Object{Name: name, Body: bytes.NewReader(body), Size: int64(len(body)), CRC32C: sink.CRC32C(body)})
+	err = w.Bucket.Upload(ctx, sink.Object{Name: name, Body: bufio.NewReaderSize(f, 64<<10), Size: sum.n, CRC32C: sum.crc.Sum32()})
 	if errors.Is(err, sink.ErrExists) {
-		err = w.sameCatalog(ctx, name, c)
+		err = w.sameCatalog(ctx, name, f)
 		if errors.Is(err, ErrForeignCatalog) {
 			if serr := w.Store.SkipCatalogRev(ctx, id, st.Rev); serr != nil {
 				err = errors.Join(err, serr)
@@ -118,9 +177,44 @@ func (w *Writer) write(ctx context.Context, id meta.FlowID) (bool, error) {
 	return true, nil
 }
 
-// sameCatalog reports nil if name holds c as another writer of the same
-// revision wrote it: the same content, whatever checkpoint it read.
-func (w *Writer) sameCatalog(ctx context.Context, name string, c sink.Catalog) error {
+// TempPattern is the os.CreateTemp pattern of the files catalogs are
+// written to before their upload.
+const TempPattern = "catalog-*.json"
+
+// errNothingToDescribe ends the scan of a flow with no name to file its
+// catalog under.
+var errNothingToDescribe = errors.New("no name to file the catalog under")
+
+// sumWriter counts and checksums (CRC32C) what it writes on to w.
+type sumWriter struct {
+	w   io.Writer
+	n   int64
+	crc hash.Hash32
+}
+
+func (s *sumWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	s.n += int64(n)
+	s.crc.Write(p[:n])
+	return n, err
+}
+
+// sameCatalog reports nil if name holds the catalog of file f as another
+// writer of the same revision wrote it: the same content, whatever
+// checkpoint it read. (Two writers of one revision are rare: this reads
+// both whole.)
+func (w *Writer) sameCatalog(ctx context.Context, name string, f *os.File) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	ours, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	c, err := sink.DecodeCatalog(ours)
+	if err != nil {
+		return err
+	}
 	rc, err := w.Bucket.Get(ctx, name)
 	if err != nil {
 		return fmt.Errorf("exists, and reading it back failed: %w", err)

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/storage"
 	"google.golang.org/api/iterator"
 
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/meta"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // recoverReadyz returns p's /readyz status code and body.
@@ -69,7 +71,7 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 	}
 	st := expectLoad(cfg)
 	runProducer(t, "flow", "create", "--brokers", c.Broker.Addr, "--name", "rec", "--tables", "1,2")
-	args := []string{"--layout", "v2", "--session-timeout", crashSessionTimeout, "--flush-interval", "1s", "--flush-size", "1MiB"}
+	args := []string{"--session-timeout", crashSessionTimeout, "--flush-interval", "1s", "--flush-size", "1MiB"}
 	cons := []*proc{c.startConsumer(t, "rec-1", args...), c.startConsumer(t, "rec-2", args...)}
 	for _, p := range cons {
 		crashWaitAssigned(t, p, 0, 30*time.Second)
@@ -85,7 +87,15 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 			return false, "flow not created yet", nil
 		}
 		n, err := rdb.ZCard(ctx, store.Keys().Metas(id)).Result()
-		return err == nil && n >= 4, fmt.Sprintf("%d metas committed", n), nil
+		if err != nil || n < 4 {
+			return false, fmt.Sprintf("%d metas committed (%v)", n, err), nil
+		}
+		// Until its first catalog is in the bucket, nothing there names
+		// the flow: recover could not bring it back.
+		if cats, err := objectNames(c, sink.CatalogDir("", "default", "rec")); err != nil || len(cats) == 0 {
+			return false, fmt.Sprintf("no catalog of the flow in the bucket yet (%v)", err), nil
+		}
+		return true, "", nil
 	})
 	if load.Done() {
 		t.Fatal("the load finished before the flush: the test would prove nothing")
@@ -142,6 +152,22 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 	}
 }
 
+// objectNames lists the objects of the bucket under dir.
+func objectNames(c *cluster, dir string) ([]string, error) {
+	var out []string
+	it := c.GCS.Client.Bucket(c.GCS.Bucket).Objects(context.Background(), &storage.Query{Prefix: dir})
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		out = append(out, a.Name)
+	}
+}
+
 // recoverObjects maps every object of the bucket to its CRC32C and size.
 func recoverObjects(t *testing.T, c *cluster) map[string]string {
 	t.Helper()
@@ -161,7 +187,7 @@ func recoverObjects(t *testing.T, c *cluster) map[string]string {
 }
 
 // TestMigrateV1ToV2: a layout v1 deployment upgrades by restarting its
-// replica with --layout v2. Nothing written before is rewritten (every v1
+// replica on this build without --layout (v2 is the default). Nothing written before is rewritten (every v1
 // object keeps its name, size and checksum), new cycles are written in
 // layout v2, and a restore at the final checkpoint equals the oracle of
 // both loads, every event in exactly one referenced chunk across the v1
@@ -189,7 +215,7 @@ func TestMigrateV1ToV2(t *testing.T) {
 		}
 	}
 
-	p = c.startConsumer(t, "mig-1", "--layout", "v2")
+	p = c.startConsumer(t, "mig-1") // the default layout, v2
 	crashWaitAssigned(t, p, 0, 30*time.Second)
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg2)...)...)
 	rep2 := oracleCheck(t, c, "mig", []int64{1, 2}, cfg1, cfg2)
@@ -225,7 +251,7 @@ func TestMigrateV1ToV2(t *testing.T) {
 		t.Fatalf("consumer recover exited %d:\n%s", res.code, res.out)
 	}
 	t.Logf("consumer recover:\n%s", res.out)
-	p = c.startConsumer(t, "mig-1", "--layout", "v2")
+	p = c.startConsumer(t, "mig-1")
 	crashWaitAssigned(t, p, 0, 30*time.Second)
 	rep3 := oracleCheck(t, c, "mig", []int64{1, 2}, cfg1, cfg2)
 	t.Logf("after recover: %s", rep3)

@@ -20,7 +20,8 @@ import (
 // upgradeFrom is the earlier version the upgrade scenario runs beside this
 // tree's: the main branch's head before --version, build info and the
 // current command-line rules (its formats and Redis keys are those of
-// docs/FORMAT.md's layout v1, which this tree still writes by default).
+// docs/FORMAT.md's layout v1; this tree writes layout v2 by default and
+// continues the earlier build's v1 backup in it).
 // Move it forward to the last release once releases are tagged.
 const upgradeFrom = "aa2fd4d49d208ed0b93ee416f67651b8a8298f65"
 
@@ -90,8 +91,9 @@ func buildInfo(t *testing.T, p *proc) string {
 // backs up a second load; then the last old one is replaced and a third
 // load goes in. The backup must be complete and exact (restore equals the
 // loads' state, verify is clean, no entry or offset range twice), and the
-// old build's restore reads what the new one wrote: a rollback keeps a
-// readable backup.
+// old build's restore reads what the new one wrote (the new replicas run
+// with --layout v1, as an upgrade that keeps a rollback window does): a
+// rollback keeps a readable backup.
 //
 // When this clone has no history (a shallow clone), the old replicas are
 // this tree built again with another version stamped in (-ldflags -X), so
@@ -120,8 +122,15 @@ func TestRollingUpgradeMixedGroup(t *testing.T) {
 		runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(cfg)...)...)
 		loads = append(loads, cfg)
 	}
+	// The new replicas keep writing layout v1 (docs/UPGRADING.md, "A
+	// rolling upgrade"): the old build, which reads v1 only, must still
+	// restore the backup after a rollback.
 	replica := func(name, bin string) *proc {
-		return startConsumerBin(t, name, bin, c.consumerArgs(t, name)...)
+		args := c.consumerArgs(t, name)
+		if bin == newBin {
+			args = append(args, "--layout", "v1")
+		}
+		return startConsumerBin(t, name, bin, args...)
 	}
 	holding := func(ps ...*proc) {
 		t.Helper()

@@ -163,6 +163,32 @@ func (s *Store) catalogState(ctx context.Context, id FlowID) (CatalogState, erro
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return CatalogState{}, fmt.Errorf("read catalog of flow %d: %w", id, err)
 	}
+	st, err := s.decodeCatalogHead(id, catalogHeadCmds{info: info, seq: seq, tb: tb, ckpt: ckpt, routes: routes, rev: rev, snaps: snaps, any: any})
+	if err != nil {
+		return st, err
+	}
+	if st.Windows, st.History, err = s.parseCoverage(id, cov.Val(), hist.Val(), past.Val()); err != nil {
+		return st, err
+	}
+	if st.Pending, err = s.pendingSteps(ctx, id, pend.Val()); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// catalogHeadCmds are the replies of a catalog read's small parts.
+type catalogHeadCmds struct {
+	info, seq, tb, ckpt *redis.StringCmd
+	routes, rev         *redis.MapStringStringCmd
+	snaps, any          *redis.StringSliceCmd
+}
+
+// decodeCatalogHead decodes the small parts of a flow's catalog content:
+// all but the windows, the history and the pending steps.
+func (s *Store) decodeCatalogHead(id FlowID, c catalogHeadCmds) (CatalogState, error) {
+	k := s.keys
+	info, seq, tb, ckpt, routes, rev, snaps, any := c.info, c.seq, c.tb, c.ckpt, c.routes, c.rev, c.snaps, c.any
+	var err error
 	st := CatalogState{ID: id}
 	r := rev.Val()
 	if st.Rev, err = parseU64Field(k.CatalogRev(id), r, "rev"); err != nil {
@@ -188,12 +214,6 @@ func (s *Store) catalogState(ctx context.Context, id FlowID) (CatalogState, erro
 			}
 		}
 		st.Routes = rm
-	}
-	if st.Windows, st.History, err = s.parseCoverage(id, cov.Val(), hist.Val(), past.Val()); err != nil {
-		return st, err
-	}
-	if st.Pending, err = s.pendingSteps(ctx, id, pend.Val()); err != nil {
-		return st, err
 	}
 	if st.CoverageSeq, err = parseU64(k.CoverageSeq(id), seq); err != nil {
 		return st, err

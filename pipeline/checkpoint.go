@@ -190,6 +190,15 @@ func (f *flusher) livePartitions(ctx context.Context) ([]int32, error) {
 	return live, nil
 }
 
+// catalogParallel is how many catalogs an advance uploads at once at
+// least: the first advance at width (a v1 deployment's first v2 start, or
+// many creates) has one per flow to upload, each a small object, and
+// --upload-parallelism alone made it take minutes at 300 flows. More than
+// this many only with a larger --upload-parallelism: each catalog write
+// holds a page of its state (and a flow's current windows, to sort them)
+// and a connection, and streams the JSON through a file in --temp-dir.
+const catalogParallel = 16
+
 // writeCatalogs uploads the catalogs of the flows whose catalog content
 // changed (layout v2). The first call of a flusher first makes every flow
 // the prefix knew before catalogs existed dirty, once per prefix.
@@ -202,7 +211,7 @@ func (f *flusher) writeCatalogs(ctx context.Context) error {
 		f.catalogsInit = true
 	}
 	w := catalog.Writer{Store: c.d.Store, Bucket: c.d.Bucket, Prefix: c.d.GCSPrefix, Group: c.d.Group,
-		Log: c.log, Parallel: c.cfg.UploadParallel}
+		Log: c.log, Parallel: max(c.cfg.UploadParallel, catalogParallel), TempDir: c.cfg.TempDir}
 	n, err := w.WriteDirty(ctx)
 	if n > 0 {
 		c.m.catalogsWritten.Add(float64(n))

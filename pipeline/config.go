@@ -78,7 +78,8 @@ type Config struct {
 	// data object, a meta and a checkpoint object per flow per cycle) or
 	// LayoutV2 (one data object and one meta per cycle for every flow, one
 	// global checkpoint object, per-flow catalogs; docs/FORMAT.md, "Layout
-	// v2"). Empty means LayoutV1.
+	// v2"). The --layout flag defaults to LayoutV2; an empty Layout, as a
+	// Config built in code without it, means LayoutV1.
 	Layout string
 }
 
@@ -128,7 +129,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.SessionTimeout, "session-timeout", 45*time.Second, "consumer group session and rebalance timeout: how long a silent member keeps its partitions")
 	f.DurationVar(&c.StallTimeout, "stall-timeout", 2*time.Minute, "/readyz fails when no record was handled for this long while records wait (a stuck DLQ, a fatal flow)")
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token POST /flush requires (better set FLOWLOG_ADMIN_TOKEN or --admin-token-file: flags show in ps); empty: /flush only from loopback")
-	f.StringVar(&c.Layout, "layout", LayoutV1, "bucket layout of new backups: v1 (objects per flow per cycle) or v2 (one data object and meta per cycle for every flow, a global checkpoint object, per-flow catalogs); a v1 backup continues under v2 without a rewrite")
+	f.StringVar(&c.Layout, "layout", LayoutV2, "bucket layout of new backups: v2 (one data object and meta per cycle for every flow, restorable and recoverable from the bucket alone) or v1 (objects per flow per cycle, the layout of earlier versions); a v1 backup continues under v2 without a rewrite")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the bearer token POST /flush requires (surrounding whitespace ignored)")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -46,6 +47,22 @@ type cycle struct {
 	// waiters are told the cycle's outcome when it is done (POST /flush):
 	// each channel has room for it.
 	waiters []chan<- error
+}
+
+// served are the flows the cycle's objects serve: those with a chunk in
+// it and those with a coverage report in it (the flows a layout v2 meta
+// names), by id. A failed upload counts against each of them and a commit
+// clears them (fatal), so a cycle of coverage reports only that cannot
+// upload makes its flows fatal like any other.
+func (cyc *cycle) served() []*meta.Flow {
+	out := slices.Clone(cyc.flows)
+	for _, id := range slices.Sorted(maps.Keys(cyc.covFlows)) {
+		fl := cyc.covFlows[id]
+		if fl != nil && !slices.ContainsFunc(out, func(g *meta.Flow) bool { return g.ID == id }) {
+			out = append(out, fl)
+		}
+	}
+	return out
 }
 
 // complete records the cycle's outcome and tells whoever waits for it.
@@ -92,7 +109,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 		}
 	}
 	c.m.flushDuration.WithLabelValues("commit").Observe(time.Since(start).Seconds())
-	c.fatal.committed(cyc.flows)
+	c.fatal.committed(cyc.served())
 	c.tempFault.Store(nil)
 
 	start = time.Now()
@@ -123,7 +140,7 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 
 // commitOf is the Redis commit of the cycle (meta.Store.Commit): every
 // partition's offsets and checkpoint, the coverage reports, and the metas
-// the cycle uploaded, listed for every flow they hold a chunk of.
+// the cycle uploaded, listed for every flow they name (upload.refs).
 func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	commit := meta.Commit{LastFlushTS: uint64(time.Now().UnixMilli()) << 18}
 	for _, p := range cyc.parts {
@@ -137,7 +154,7 @@ func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	}
 	commit.Coverage = cyc.coverage
 	for _, u := range cyc.uploads {
-		commit.Metas = append(commit.Metas, u.refs(cyc)...)
+		commit.Metas = append(commit.Metas, u.refs()...)
 	}
 	for _, fl := range cyc.flows {
 		commit.Flows = append(commit.Flows, fl.ID)

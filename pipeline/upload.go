@@ -51,28 +51,30 @@ func retryName(id string, n int) string {
 const maxRenames = 4
 
 // refs are the metas:<flow_id> entries the commit lists for u: its meta,
-// under its flow (layout v1) or under every flow it holds a chunk of (the
-// cycle's flows, layout v2).
-func (u *upload) refs(cyc *cycle) []meta.MetaRef {
+// under its flow (layout v1) or under every flow its meta names (layout
+// v2: the flows with a chunk in it and those with a coverage report). A
+// meta of coverage reports only is thus listed too: a meta no flow lists
+// is a crashed cycle's to gc and recovery (docs/FORMAT.md, "Meta objects,
+// version 2").
+func (u *upload) refs() []meta.MetaRef {
 	if u.flow != nil {
 		return []meta.MetaRef{{FlowID: u.flow.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}}
 	}
-	if len(u.files) == 0 {
-		return nil // coverage reports only: listed nowhere
-	}
-	out := make([]meta.MetaRef, len(cyc.flows))
-	for i, fl := range cyc.flows {
-		out[i] = meta.MetaRef{FlowID: fl.ID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}
+	out := make([]meta.MetaRef, len(u.meta.Flows))
+	for i, mf := range u.meta.Flows {
+		out[i] = meta.MetaRef{FlowID: mf.FlowID, Path: u.metaPath, MinResolvedTS: u.meta.MinResolvedTS}
 	}
 	return out
 }
 
-// failedFlows are the flows a failed upload of u counts against.
+// failedFlows are the flows a failed upload of u counts against: its flow
+// (layout v1), or every flow the cycle's meta serves (layout v2: chunks
+// and coverage reports, cycle.served).
 func (u *upload) failedFlows(cyc *cycle) []*meta.Flow {
 	if u.flow != nil {
 		return []*meta.Flow{u.flow}
 	}
-	return cyc.flows
+	return cyc.served()
 }
 
 // uploadAll uploads what is not uploaded yet of the cycle's uploads,

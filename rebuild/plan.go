@@ -154,7 +154,7 @@ func (p *Plan) choose() {
 	groups := map[int64][]int{} // -1: v2; else the v1 flow id
 	for i := range p.Metas {
 		m := &p.Metas[i]
-		if m.Bad == "" && len(m.Flows) > 0 && !slices.ContainsFunc(m.Offsets, func(r sink.OffsetRange) bool { return r.To > r.From }) {
+		if m.Bad == "" && m.Files > 0 && !slices.ContainsFunc(m.Offsets, func(r sink.OffsetRange) bool { return r.To > r.From }) {
 			m.Bad = "holds chunks but no offsets: no commit lists such a meta"
 		}
 		switch {
@@ -205,6 +205,8 @@ func (p *Plan) choose() {
 		for _, id := range m.Flows {
 			seq = max(seq, id)
 			p.Listed[id] = append(p.Listed[id], m)
+		}
+		for _, id := range m.Chunked {
 			chunks[id] = true
 		}
 	}

@@ -24,9 +24,14 @@ type MetaInfo struct {
 	Version       int
 	FlowID        uint32 // the flow of a version 1 meta
 	MinResolvedTS uint64
-	// Flows are the flows with a chunk in the meta: those whose
-	// metas:<flow_id> lists it.
+	// Flows are the flows whose metas:<flow_id> lists the meta: its flow
+	// (version 1), or every flow a version 2 meta names, with a chunk or
+	// a coverage report in it (docs/FORMAT.md, "Meta objects, version 2").
 	Flows []uint32
+	// Files is how many chunks the meta lists, and Chunked the flows
+	// with a chunk among them.
+	Files   int
+	Chunked []uint32
 	// Named are the flows a version 2 meta names, with their names.
 	Named      []sink.MetaFlow
 	Offsets    []sink.OffsetRange
@@ -151,7 +156,7 @@ func readMeta(ctx context.Context, b sink.Bucket, prefix, group, name string) (M
 		info.Bad = err.Error()
 		return info, nil
 	}
-	info.Version, info.MinResolvedTS, info.Offsets = m.Version, m.MinResolvedTS, m.Offsets
+	info.Version, info.MinResolvedTS, info.Offsets, info.Files = m.Version, m.MinResolvedTS, m.Offsets, len(m.Files)
 	switch m.Version {
 	case sink.MetaVersion:
 		cat, flow, _ := sink.SplitFlowPath(prefix, name)
@@ -161,27 +166,33 @@ func readMeta(ctx context.Context, b sink.Bucket, prefix, group, name string) (M
 		}
 		info.FlowID = m.FlowID
 		if len(m.Files) > 0 {
-			info.Flows = []uint32{m.FlowID}
+			info.Flows, info.Chunked = []uint32{m.FlowID}, []uint32{m.FlowID}
 		}
 	default:
 		if m.Group != group {
 			info.Bad = fmt.Sprintf("of consumer group %q", m.Group)
 			return info, nil
 		}
-		if !strings.HasPrefix(m.DataPath, sink.V2LogDir(prefix)) {
+		// A meta of coverage reports only has no data object, and no
+		// data_path.
+		if (m.DataPath != "" || len(m.Files) > 0) && !strings.HasPrefix(m.DataPath, sink.V2LogDir(prefix)) {
 			info.Bad = "its data object lies outside the prefix"
 			return info, nil
 		}
-		seen := map[uint32]bool{}
-		for i := range m.Files {
-			for _, id := range m.Files[i].FlowIDs {
-				seen[id] = true
-			}
-		}
-		for id := range seen {
-			info.Flows = append(info.Flows, id)
+		for _, f := range m.Flows {
+			info.Flows = append(info.Flows, f.FlowID)
 		}
 		slices.Sort(info.Flows)
+		chunked := map[uint32]bool{}
+		for i := range m.Files {
+			for _, id := range m.Files[i].FlowIDs {
+				if !chunked[id] {
+					chunked[id] = true
+					info.Chunked = append(info.Chunked, id)
+				}
+			}
+		}
+		slices.Sort(info.Chunked)
 		info.Named, info.Partitions, info.Coverage = m.Flows, m.Partitions, m.Coverage
 	}
 	return info, nil

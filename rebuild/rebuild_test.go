@@ -28,7 +28,8 @@ const apply = "flowlog.apply"
 // backup2 is a layout v2 backup on two apply partitions, committed as the
 // consumer commits: flows 1 (default/f, tables 1 and 2) and 2 (default/g,
 // tables 2 and 3, created after the first cycle: its windows come from
-// coverage reports carried by a cycle), cycles of both partitions with
+// the coverage reports of a cycle that carries nothing else, a meta without
+// a data object that the commit lists under g), cycles of both partitions with
 // their partition commits in the metas, a zombie's meta overlapping two
 // committed cycles, and a crashed cycle's meta consumed again by the next
 // committed one. Each flow's catalog holds what Redis holds.
@@ -181,6 +182,7 @@ func TestRecoverRebuildsRedis(t *testing.T) {
 	if err := e.Store.CreateFlow(ctx, 2, info, map[uint32]meta.Route{0: {Peer: meta.Peer{ID: 2, Addr: "n2:4000"}}}); err != nil {
 		t.Fatal(err)
 	}
+	covOnly, _ := b.cycle("2-a-00", 1, 1, map[uint32][]int64{2: nil}, true)
 	_, zombieEntries := b.cycle("2-b-00", 4, 1, map[uint32][]int64{1: {1}, 2: {2, 3}}, true)
 	b.cycle("3-c-00", 2, 3, map[uint32][]int64{2: {3}}, true)
 	// The zombie froze partition 0 from the second cycle's start past the
@@ -236,6 +238,9 @@ func TestRecoverRebuildsRedis(t *testing.T) {
 		if plan.Verdicts[i] != wantV {
 			t.Errorf("meta %s: verdict %v, want %v", m.Path, plan.Verdicts[i], wantV)
 		}
+	}
+	if listed := plan.Listed[2]; !slices.ContainsFunc(listed, func(m rebuild.MetaInfo) bool { return m.Path == covOnly }) {
+		t.Errorf("the plan does not list g's coverage-only meta %s under it", covOnly)
 	}
 	if len(plan.Duplicates) != 0 || len(plan.Gaps) != 0 {
 		t.Errorf("duplicates %v, gaps %v; want none", plan.Duplicates, plan.Gaps)

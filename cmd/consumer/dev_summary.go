@@ -141,7 +141,7 @@ func devSummary(ctx context.Context, w io.Writer, cfg devConfig, store *meta.Sto
   checkpoint:     %d (%s)
   meta objects:   %d referenced in Redis (%s)
   GCS objects:    %d files, %d bytes under %s
-                  (fake-gcs-server's filesystem backend; layout %s/<catalog>/<flow>/v1/...)
+                  (fake-gcs-server's filesystem backend; layout v2 under %s/v2/, catalogs under <catalog>/<flow>/v1/catalog/; docs/FORMAT.md)
 `, title, gen.Transactions(), gen.Events(), devRegions, id, ck, tsTime(ck),
 		len(metas), store.Keys().Metas(id), objects, bytes, root, orDefault(gcs.Prefix, "<no prefix>"))
 	if len(metas) > 0 {

@@ -83,9 +83,16 @@ func WriteCycleV2(t testing.TB, b sink.Bucket, c CycleV2) (sink.Meta, string) {
 	if m.Group == "" {
 		m.Group = "flowlog"
 	}
+	path := sink.MetaPathV2(c.Prefix, m.StoreID, c.ResolvedTS, c.CycleID)
+	if len(c.Entries) == 0 {
+		// Coverage reports or partition commits only: a meta without a
+		// data object, as the consumer writes it.
+		m.Files, m.MinTS, m.MaxTS = []sink.FileMeta{}, 0, 0
+		upload(t, b, m, nil, path)
+		return m, path
+	}
 	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries)
 	m.DataPath = sink.DataPathV2(c.Prefix, m.StoreID, m.MinTS, c.CycleID)
-	path := sink.MetaPathV2(c.Prefix, m.StoreID, c.ResolvedTS, c.CycleID)
 	upload(t, b, m, data, path)
 	return m, path
 }
@@ -167,8 +174,10 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 func upload(t testing.TB, b sink.Bucket, m sink.Meta, data []byte, path string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: bytes.NewReader(data), Size: int64(len(data)), CRC32C: sink.CRC32C(data)}); err != nil {
-		t.Fatalf("upload %s: %v", m.DataPath, err)
+	if m.DataPath != "" {
+		if err := b.Upload(ctx, sink.Object{Name: m.DataPath, Body: bytes.NewReader(data), Size: int64(len(data)), CRC32C: sink.CRC32C(data)}); err != nil {
+			t.Fatalf("upload %s: %v", m.DataPath, err)
+		}
 	}
 	mb, err := sink.EncodeMeta(m)
 	if err != nil {
