@@ -54,10 +54,18 @@ type KafkaTarget struct {
 	err   error
 }
 
+// deliveryTimeout is how long a record may wait to be written before the
+// replay fails: a target broker that is gone ends the run with an error
+// (and a re-run resumes) instead of leaving it waiting for good.
+var deliveryTimeout = 2 * time.Minute
+
 // NewKafkaTarget connects to the brokers opts name, producing to topic
-// with at most maxBuffered bytes of records queued.
+// with at most maxBuffered bytes of records queued. A record not written
+// within 2 minutes fails the run, unless opts set their own
+// kgo.RecordDeliveryTimeout.
 func NewKafkaTarget(topic string, maxBuffered int64, opts ...kgo.Opt) (*KafkaTarget, error) {
-	all := append(cloneOpts(opts), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	all := append([]kgo.Opt{kgo.RecordDeliveryTimeout(deliveryTimeout)}, opts...)
+	all = append(all, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
