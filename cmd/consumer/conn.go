@@ -134,14 +134,24 @@ func invalidConfig(src cli.Sources, err error) error {
 	return &cli.UsageError{Err: fmt.Errorf("invalid configuration:\n%w", src.Annotate(err))}
 }
 
-// backupStore is what a reading command takes its flows, windows and
-// metas from: the bucket alone with fromBucket (no Redis connection at
-// all, parallel metas read at once), else Redis.
-func (c *connConfig) backupStore(b sink.Bucket, fromBucket bool, parallel int) (backup.Store, func(), error) {
-	if fromBucket {
-		return &backup.BucketStore{Bucket: b, Prefix: c.GCS.Prefix, Group: c.Group, Parallel: parallel}, func() {}, nil
+// openBackup opens the bucket and the store a reading command takes its
+// flows, windows and metas from: the bucket alone with fromBucket (no
+// Redis connection at all, parallel metas read at once), else Redis. The
+// func closes both.
+func (c *connConfig) openBackup(ctx context.Context, fromBucket bool, parallel int) (sink.Bucket, backup.Store, func(), error) {
+	b, err := c.openBucket(ctx, false)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return c.openStore()
+	if fromBucket {
+		return b, &backup.BucketStore{Bucket: b, Prefix: c.GCS.Prefix, Group: c.Group, Parallel: parallel}, func() { b.Close() }, nil
+	}
+	st, closeStore, err := c.openStore()
+	if err != nil {
+		b.Close()
+		return nil, nil, nil, err
+	}
+	return b, st, func() { closeStore(); b.Close() }, nil
 }
 
 // openStore connects to Redis. The store has no metrics registry: operator

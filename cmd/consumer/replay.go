@@ -100,16 +100,11 @@ func runReplay(ctx context.Context, args []string) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(int64(cfg.MaxMemory))
 	}
-	b, err := cfg.conn.openBucket(ctx, false)
+	b, st, closeBackup, err := cfg.conn.openBackup(ctx, cfg.FromBucket, cfg.Parallel)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.Parallel)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	defer closeBackup()
 	kc := cfg.conn.Kafka
 	if cfg.ToBrokers != "" {
 		kc.Brokers = cfg.ToBrokers

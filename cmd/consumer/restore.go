@@ -74,16 +74,11 @@ func runRestore(ctx context.Context, args []string) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(int64(cfg.MaxMemory))
 	}
-	b, err := cfg.conn.openBucket(ctx, false)
+	b, st, closeBackup, err := cfg.conn.openBackup(ctx, cfg.FromBucket, cfg.Parallel)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.Parallel)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	defer closeBackup()
 	return restore(ctx, &cfg, st, b)
 }
 

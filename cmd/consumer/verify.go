@@ -52,16 +52,11 @@ func runVerify(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.mem.apply()
-	b, err := cfg.conn.openBucket(ctx, false)
+	b, st, closeBackup, err := cfg.conn.openBackup(ctx, cfg.FromBucket, cfg.mem.streams(8))
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	st, closeStore, err := cfg.conn.backupStore(b, cfg.FromBucket, cfg.mem.streams(8))
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	defer closeBackup()
 	return verify(ctx, &cfg, st, b)
 }
 
