@@ -23,7 +23,8 @@ var inlineCommandRE = regexp.MustCompile("`(?:\\./|/)?(consumer|producer) ([^`]+
 
 // docPlaceholders are the placeholders the docs' synopses use for a flag's
 // value or help's command, and a value that stands for them.
-var docPlaceholders = map[string]string{"F": "demo", "TS": "-1h", "T": "-1h", "DIR": "restored", "C": "restore"}
+var docPlaceholders = map[string]string{"F": "demo", "TS": "-1h", "T": "-1h", "A": "-2h", "DIR": "restored", "C": "restore",
+	"B": "localhost:9092", "K": "7480000000000000015f72"}
 
 // docCommands returns every command line of the binaries in README.md and
 // docs/*.md: the lines of code blocks (indented or fenced; a trailing `\`
