@@ -23,15 +23,17 @@ import (
 func TestCatchUpEndsWithItsBacklog(t *testing.T) {
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) {
 		// Fetches (a quarter of 16 MiB, split over the partitions) far
-		// smaller than a cycle, so the backlog takes many of them and its
-		// tail is less than a cycle.
-		c.MaxMemory, c.FlushSize, c.MaxTempBytes = 16<<20, 4<<20, 64<<20
+		// smaller than a cycle: a cycle freezes by size at 16 MiB plus at
+		// most one poll (about 1.4 MB here, 2.8 MB allowed for).
+		c.MaxMemory, c.FlushSize, c.MaxTempBytes = 16<<20, 16<<20, 128<<20
 		c.FlushInterval, c.Compression = time.Hour, "none"
 	})
 	r.createFlowAsync("catchup", 1)
 	want := map[string]int{}
-	// About 14 MB: three cycles by size and a tail.
-	const batches, perBatch = 216, 250
+	// About 44.6 MB (255 B an event): two cycles by size take 33.6-39.2
+	// MB whatever the poll boundaries, so a tail of 5.4-11 MB is left,
+	// less than a cycle and more than an eighth of one.
+	const batches, perBatch = 700, 250
 	value := bytes.Repeat([]byte("x"), 200)
 	for i := range batches {
 		b := putBatch(uint64(1+i%4), 1, int64(i*perBatch), perBatch, int64(i*perBatch))
