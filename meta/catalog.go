@@ -140,30 +140,21 @@ var errStepGone = errors.New("pending step made final during the catalog read")
 func (s *Store) catalogState(ctx context.Context, id FlowID) (CatalogState, error) {
 	k := s.keys
 	var (
-		info, seq, tb          *redis.StringCmd
-		ckpt                   *redis.StringCmd
-		routes, cov, rev, past *redis.MapStringStringCmd
-		hist, pend, snaps, any *redis.StringSliceCmd
+		head       catalogHeadCmds
+		pend, hist *redis.StringSliceCmd
+		cov, past  *redis.MapStringStringCmd
 	)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Get(ctx, k.FlowInfo(id))
-		routes = p.HGetAll(ctx, k.FlowRoutes(id))
+		head, pend = s.queueCatalogHead(ctx, p, id)
 		cov = p.HGetAll(ctx, k.Coverage(id))
 		hist = p.LRange(ctx, k.CoverageHistory(id), 0, -1)
 		past = p.HGetAll(ctx, k.CoveragePast(id))
-		pend = p.LRange(ctx, k.CoveragePending(id), 0, -1)
-		seq = p.Get(ctx, k.CoverageSeq(id))
-		tb = p.Get(ctx, k.TruncatedBefore(id))
-		snaps = p.ZRange(ctx, k.Snapshots(id), 0, -1)
-		ckpt = p.HGet(ctx, k.FlowState(id), "checkpoint_ts")
-		rev = p.HGetAll(ctx, k.CatalogRev(id))
-		any = p.ZRange(ctx, k.Metas(id), 0, 0)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return CatalogState{}, fmt.Errorf("read catalog of flow %d: %w", id, err)
 	}
-	st, err := s.decodeCatalogHead(id, catalogHeadCmds{info: info, seq: seq, tb: tb, ckpt: ckpt, routes: routes, rev: rev, snaps: snaps, any: any})
+	st, err := s.decodeCatalogHead(id, head)
 	if err != nil {
 		return st, err
 	}
@@ -181,6 +172,23 @@ type catalogHeadCmds struct {
 	info, seq, tb, ckpt *redis.StringCmd
 	routes, rev         *redis.MapStringStringCmd
 	snaps, any          *redis.StringSliceCmd
+}
+
+// queueCatalogHead queues on p the reads of a flow's catalog revision and
+// the small parts of its content, and of its raw pending list: what both
+// catalog reads take in their one MULTI.
+func (s *Store) queueCatalogHead(ctx context.Context, p redis.Pipeliner, id FlowID) (catalogHeadCmds, *redis.StringSliceCmd) {
+	k := s.keys
+	return catalogHeadCmds{
+		info:   p.Get(ctx, k.FlowInfo(id)),
+		routes: p.HGetAll(ctx, k.FlowRoutes(id)),
+		seq:    p.Get(ctx, k.CoverageSeq(id)),
+		tb:     p.Get(ctx, k.TruncatedBefore(id)),
+		snaps:  p.ZRange(ctx, k.Snapshots(id), 0, -1),
+		ckpt:   p.HGet(ctx, k.FlowState(id), "checkpoint_ts"),
+		rev:    p.HGetAll(ctx, k.CatalogRev(id)),
+		any:    p.ZRange(ctx, k.Metas(id), 0, 0),
+	}, p.LRange(ctx, k.CoveragePending(id), 0, -1)
 }
 
 // decodeCatalogHead decodes the small parts of a flow's catalog content:

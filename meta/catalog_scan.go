@@ -188,27 +188,17 @@ func (s *Store) scanCatalog(ctx context.Context, id FlowID, v CatalogVisitor) (C
 // catalogHead reads the revision and the small parts of a flow's catalog
 // content in one MULTI, and the raw pending list.
 func (s *Store) catalogHead(ctx context.Context, id FlowID) (CatalogState, []string, error) {
-	k := s.keys
 	var (
-		info, seq, tb, ckpt *redis.StringCmd
-		routes, rev         *redis.MapStringStringCmd
-		pend, snaps, any    *redis.StringSliceCmd
+		head catalogHeadCmds
+		pend *redis.StringSliceCmd
 	)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Get(ctx, k.FlowInfo(id))
-		routes = p.HGetAll(ctx, k.FlowRoutes(id))
-		pend = p.LRange(ctx, k.CoveragePending(id), 0, -1)
-		seq = p.Get(ctx, k.CoverageSeq(id))
-		tb = p.Get(ctx, k.TruncatedBefore(id))
-		snaps = p.ZRange(ctx, k.Snapshots(id), 0, -1)
-		ckpt = p.HGet(ctx, k.FlowState(id), "checkpoint_ts")
-		rev = p.HGetAll(ctx, k.CatalogRev(id))
-		any = p.ZRange(ctx, k.Metas(id), 0, 0)
+		head, pend = s.queueCatalogHead(ctx, p, id)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return CatalogState{}, nil, fmt.Errorf("read catalog of flow %d: %w", id, err)
 	}
-	st, err := s.decodeCatalogHead(id, catalogHeadCmds{info: info, seq: seq, tb: tb, ckpt: ckpt, routes: routes, rev: rev, snaps: snaps, any: any})
+	st, err := s.decodeCatalogHead(id, head)
 	return st, pend.Val(), err
 }
