@@ -71,6 +71,16 @@ func (s *session) cycleFull() bool {
 	return len(s.gen.files) >= s.c.cfg.MaxCycleFiles
 }
 
+// sizeReached is the size trigger: the current generation has reached
+// --flush-size, or alone fills --max-temp-bytes. Raw runs count against
+// the second only (generation.diskCost), so a generation of many raw runs
+// can fill the temp budget below --flush-size; were it not frozen then,
+// fetching would pause with nothing in flight to free the budget, and wait
+// for the interval. Must hold s.mu.
+func (s *session) sizeReached() bool {
+	return s.gen.cost() >= int64(s.c.cfg.FlushSize) || s.gen.diskCost() >= int64(s.c.cfg.MaxTempBytes)
+}
+
 // overBudget reports whether the current generation and the cycles in
 // flight together exceed --max-temp-bytes (bytes plus the memory of their
 // files, generation.cost) or hold more than twice --max-cycle-files files.

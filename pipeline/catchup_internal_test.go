@@ -51,3 +51,30 @@ func TestDrained(t *testing.T) {
 		t.Fatal("drained = true with 5 records waiting on partition 3")
 	}
 }
+
+// A generation whose raw runs fill --max-temp-bytes below --flush-size is
+// frozen by size: fetching pauses at that budget, and with nothing in
+// flight to free it only a freeze lets the consumer go on.
+func TestSizeReached(t *testing.T) {
+	cases := []struct {
+		name            string
+		bytes, mem, raw int64
+		want            bool
+	}{
+		{"empty", 0, 0, 0, false},
+		{"under both", 300, 200, 100, false},
+		{"flush size by bytes and memory", 600, 424, 0, true},
+		{"temp budget by raw runs, below flush size", 500, 300, 248, true},
+		{"raw runs just under the budget", 500, 300, 247, false},
+	}
+	for _, tc := range cases {
+		s := &session{
+			c:   &Consumer{cfg: Config{FlushSize: 1024, MaxTempBytes: 1048}},
+			gen: &generation{bytes: tc.bytes, mem: tc.mem, raw: tc.raw},
+		}
+		if got := s.sizeReached(); got != tc.want {
+			t.Errorf("%s: sizeReached = %v, want %v (cost %d, disk cost %d)", tc.name, got, tc.want,
+				s.gen.cost(), s.gen.diskCost())
+		}
+	}
+}

@@ -250,7 +250,7 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	switch {
 	case req != nil:
 		s.freeze(triggerRequest, req)
-	case s.gen.cost() >= int64(c.cfg.FlushSize):
+	case s.sizeReached():
 		s.freeze(triggerSize)
 	case s.caughtUp():
 		s.freeze(triggerCaughtUp)
