@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -103,7 +104,86 @@ func BenchmarkRestore(b *testing.B) {
 				"peak RSS %.1f MiB (target <= %d MiB: %s); CPU %.1fs user+sys (GCS emulator meanwhile %.1fs); peak temp dir %.1f MB; %s\n",
 				i+1, unit, budget>>20, restoreBenchFlow, events, r.logMB, r.took.Seconds(), r.logMB/r.took.Seconds(), verdict(r.logMB/r.took.Seconds() >= 150),
 				r.wall.Seconds(), float64(r.maxRSS)/(1<<20), (budget>>20)+64, verdict(r.maxRSS <= budget+64<<20), r.cpu, r.gcsCPU, float64(r.disk)/1e6, r.line)
+			if !*restoreBenchReplay {
+				continue
+			}
+			topic := fmt.Sprintf("replay.bench.%d.%s", i, strings.ReplaceAll(unit, "MiB", "m"))
+			p := replayMeasured(ctx, b, c, mem, topic)
+			b.ReportMetric(p.logMB/p.took.Seconds(), "replay_MB/s_"+unit)
+			b.ReportMetric(float64(p.maxRSS)/(1<<20), "replay_peak_RSS_MiB_"+unit)
+			fmt.Printf("BenchmarkRestore run %d, --max-memory %s: replay --mode log of the same flow into %s broker topic %s (%d partitions): %.1f MB of log in %.2fs = %.1f MB/s (target 150: %s; restore above: %.1f MB/s); "+
+				"%d records, %.1f MB; wall %.2fs; peak RSS %.1f MiB (target <= %d MiB: %s); CPU %.1fs user+sys; broker CPU meanwhile %.1fs\n",
+				i+1, unit, c.Broker.Kind, topic, benchPartitions, p.logMB, p.took.Seconds(), p.logMB/p.took.Seconds(), verdict(p.logMB/p.took.Seconds() >= 150), r.logMB/r.took.Seconds(),
+				p.records, p.recordMB, p.wall.Seconds(), float64(p.maxRSS)/(1<<20), (budget>>20)+64, verdict(p.maxRSS <= budget+64<<20), p.cpu, p.brokerCPU)
 		}
+	}
+}
+
+// restoreBenchReplay makes BenchmarkRestore replay the flow after each
+// restore.
+var restoreBenchReplay = flag.Bool("restore-replay", true,
+	"BenchmarkRestore: also replay (--mode log) the restored flow into a fresh topic of the benchmark's broker, with the same --max-memory")
+
+// replayMeasure is what one measured replay did.
+type replayMeasure struct {
+	logMB     float64       // MB (1e6) of log read (log_bytes)
+	took      time.Duration // the replay's own time (seconds)
+	wall      time.Duration // the process's
+	records   int64
+	recordMB  float64 // MB of records written: keys, values, headers
+	maxRSS    int64   // bytes
+	cpu       float64 // user + system seconds
+	brokerCPU float64 // the broker's user + system seconds meanwhile (0: not known)
+}
+
+// replayMeasured replays restoreBenchFlow (--mode log, the whole log) into
+// a fresh topic of c's broker with benchPartitions partitions and
+// --max-memory mem (none if empty), and measures it.
+func replayMeasured(ctx context.Context, b *testing.B, c *cluster, mem, topic string) replayMeasure {
+	b.Helper()
+	adm := newAdmin(b, c.Broker.Addr)
+	res, err := adm.CreateTopics(ctx, benchPartitions, 1, nil, topic)
+	if err == nil {
+		err = res.Error()
+	}
+	adm.Close()
+	if err != nil {
+		b.Fatalf("create topic %s: %v", topic, err)
+	}
+	args := append([]string{"replay"}, restoreConnArgs(c)...)
+	args = append(args, "--brokers", c.Broker.Addr, "--flow", restoreBenchFlow, "--to-topic", topic, "--mode", "log", "--json")
+	if mem != "" {
+		args = append(args, "--max-memory", mem)
+	}
+	cmd := exec.CommandContext(ctx, binary(b, "consumer"), args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	brokerCPU := c.Broker.cpu()
+	start := time.Now()
+	err = cmd.Run()
+	wall := time.Since(start)
+	brokerCPU = c.Broker.cpu() - brokerCPU
+	if err != nil {
+		b.Fatalf("replay: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	var doc struct {
+		Records  int64   `json:"records"`
+		Bytes    int64   `json:"bytes"`
+		LogBytes int64   `json:"log_bytes"`
+		Seconds  float64 `json:"seconds"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		b.Fatalf("replay --json: %v in\n%s", err, out.String())
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		b.Fatalf("no rusage for the replay process")
+	}
+	return replayMeasure{
+		logMB: float64(doc.LogBytes) / 1e6, took: time.Duration(doc.Seconds * float64(time.Second)), wall: wall,
+		records: doc.Records, recordMB: float64(doc.Bytes) / 1e6,
+		maxRSS: ru.Maxrss << 10,
+		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), brokerCPU: brokerCPU,
 	}
 }
 

@@ -59,6 +59,15 @@ func startKfakeBroker(t testing.TB, partitions int, extra ...string) *broker {
 	return &broker{Addr: p.Addr, Kind: "kfake", kfake: p}
 }
 
+// cpu is the broker process's user + system CPU seconds so far (0 if it
+// cannot be read).
+func (b *broker) cpu() float64 {
+	if b.apache != nil {
+		return pidCPU(b.apache.PID())
+	}
+	return restoreProcCPU(b.kfake)
+}
+
 // Kill kills the broker with SIGKILL and waits for its exit.
 func (b *broker) Kill() {
 	if b.apache != nil {

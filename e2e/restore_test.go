@@ -233,6 +233,12 @@ func restoreProcCPU(p *proc) float64 {
 		pid = p.cmd.Process.Pid
 	}
 	p.mu.Unlock()
+	return pidCPU(pid)
+}
+
+// pidCPU is the user + system CPU seconds of process pid so far (0 if it
+// cannot be read).
+func pidCPU(pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0

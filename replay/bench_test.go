@@ -19,6 +19,7 @@ import (
 type discard struct{}
 
 func (discard) Partitions(context.Context) (int32, error)                { return 8, nil }
+func (discard) MaxBatchBytes() int32                                     { return 1048588 }
 func (discard) Written(context.Context, string) (map[int32]int64, error) { return nil, nil }
 func (discard) Produce(context.Context, *kgo.Record) error               { return nil }
 func (discard) Flush(context.Context) error                              { return nil }

@@ -17,13 +17,13 @@ import (
 func TestDeadTargetFailsTheRun(t *testing.T) {
 	c := kafka(t, 1, "out")
 	defer replay.SetDeliveryTimeout(time.Second)()
-	tg, err := replay.NewKafkaTarget("out", 1<<20, kgo.SeedBrokers(c.ListenAddrs()...))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tg, err := replay.NewKafkaTarget(ctx, replay.KafkaTargetConfig{Topic: "out", MaxBuffered: 1 << 20}, kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	if _, err := tg.Partitions(ctx); err != nil {
 		t.Fatal(err)
 	}

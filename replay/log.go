@@ -152,7 +152,7 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 		if ts < j.lo || ts > j.hi || j.early && !l.needed[string(key)] || !l.selected(key) {
 			return nil
 		}
-		if l.batchBytes > 0 && l.batchBytes+len(key)+len(value) > maxBatchEvents {
+		if l.batchBytes > 0 && l.batchBytes+len(key)+len(value) > l.w.cut {
 			if err := l.w.send(ctx, &l.batch); err != nil {
 				return err
 			}

@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -45,17 +47,18 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 		return res, &RangeError{From: res.From, To: res.To}
 	}
 	res.Tables = slices.Sorted(maps.Keys(plan.Windows))
-	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Selection.StartKey, req.Selection.EndKey, req.Format)
 	parts, err := t.Partitions(ctx)
 	if err != nil {
 		return res, err
 	}
+	maxBatch := t.MaxBatchBytes()
+	res.RunID = RunID(uint32(plan.Flow.ID), req.Mode, res.From, res.To, res.Tables, req.Selection.StartKey, req.Selection.EndKey, req.Format, RecordEvents(maxBatch))
 	header := runHeader(uint32(plan.Flow.ID), res.RunID)
 	written, err := t.Written(ctx, header)
 	if err != nil {
 		return res, err
 	}
-	w := &writer{t: t, parts: parts, written: written, header: []byte(header), json: req.Format == FormatJSON,
+	w := &writer{t: t, topic: req.Topic, parts: parts, maxBatch: maxBatch, cut: RecordEvents(maxBatch), written: written, header: []byte(header), json: req.Format == FormatJSON,
 		lim: newLimiter(req.Rate, req.Clock), res: &res, regions: map[uint64]bool{}}
 	flow := plan.Flow.Sink(src.Prefix)
 	switch req.Mode {
@@ -67,8 +70,16 @@ func Run(ctx context.Context, src backup.Source, t Target, req Request) (Result,
 		}
 	}
 	res.Regions = len(w.regions)
-	if err == nil {
+	var tooLarge *RecordTooLargeError
+	switch {
+	case err == nil:
 		err = t.Flush(ctx)
+	case errors.As(err, &tooLarge):
+		// The records before it are written whole, so that the same
+		// command resumes after them once the topic takes the record.
+		if ferr := t.Flush(ctx); ferr != nil {
+			err = fmt.Errorf("%w (and writing the records before it: %v)", err, ferr)
+		}
 	}
 	return res, err
 }
@@ -109,6 +120,7 @@ func runLog(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadPla
 			return err
 		}
 		w.res.Chunks++
+		w.res.LogBytes += jobs[i].f.RawLength
 		if req.Progress != nil {
 			l.progress.Chunks, l.progress.Records, l.progress.Bytes, l.progress.Skipped = i+1, w.res.Records+w.res.Skipped, w.res.Bytes, w.res.Skipped
 			req.Progress(l.progress)

@@ -30,7 +30,7 @@ func kafka(t testing.TB, parts int32, topics ...string) *kfake.Cluster {
 
 func target(t testing.TB, c *kfake.Cluster, topic string) *replay.KafkaTarget {
 	t.Helper()
-	tg, err := replay.NewKafkaTarget(topic, 8<<20, kgo.SeedBrokers(c.ListenAddrs()...))
+	tg, err := replay.NewKafkaTarget(context.Background(), replay.KafkaTargetConfig{Topic: topic, MaxBuffered: 8 << 20}, kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,10 @@ type Result struct {
 	Records, Bytes, Skipped int64
 	// Regions is the number of regions the records went to.
 	Regions int
-	Chunks  int
+	// Chunks and LogBytes are the log chunks read and their uncompressed
+	// bytes.
+	Chunks   int
+	LogBytes int64
 }
 
 func (r *Request) defaults() {

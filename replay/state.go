@@ -49,7 +49,7 @@ func runState(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadP
 		Snapshots: plan.Snapshots, TruncatedBefore: plan.TruncatedBefore,
 	}, func(tid int64, dataKey []byte, commitTS uint64, value []byte) error {
 		region := uint64(tid)
-		if region != batch.RegionID || bytes+len(dataKey)*2+len(value) > maxBatchEvents && bytes > 0 {
+		if region != batch.RegionID || bytes+len(dataKey)*2+len(value) > w.cut && bytes > 0 {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -81,7 +81,7 @@ func runState(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadP
 			prog.Records, prog.Bytes, prog.Skipped = w.res.Records+w.res.Skipped, w.res.Bytes, w.res.Skipped
 			req.Progress(prog)
 		}
-		w.res.Chunks = p.Chunks
+		w.res.Chunks, w.res.LogBytes = p.Chunks, p.LogBytes
 	})
 	if err != nil {
 		return backup.ReadErr(err, plan.Flow, plan.TS, false)

@@ -27,6 +27,10 @@ const (
 type Target interface {
 	// Partitions returns the topic's partition count.
 	Partitions(ctx context.Context) (int32, error)
+	// MaxBatchBytes is the largest record batch the topic takes (Kafka's
+	// max.message.bytes): a record is written only if a batch holding it
+	// alone is at most this large.
+	MaxBatchBytes() int32
 	// Written returns, per partition, the highest HeaderSeq among the
 	// topic's records whose HeaderRun is run (absent: none).
 	Written(ctx context.Context, run string) (map[int32]int64, error)
@@ -40,18 +44,34 @@ type Target interface {
 	Flush(ctx context.Context) error
 }
 
+// KafkaTargetConfig is what a KafkaTarget writes to, and how much it
+// holds.
+type KafkaTargetConfig struct {
+	// Topic is the topic written to; it must exist.
+	Topic string
+	// MaxBuffered bounds the bytes of records queued (ProducerMemory).
+	MaxBuffered int64
+	// MaxMessageBytes is the largest record batch the topic takes (0:
+	// the topic's max.message.bytes as the brokers describe it, which is
+	// the broker's message.max.bytes when the topic does not set its
+	// own).
+	MaxMessageBytes int32
+}
+
 // KafkaTarget writes to a topic with franz-go's idempotent producer:
 // records of a partition are written in order and once, across retries,
 // and a failure fails every later record of the partition with it. Its
-// record batches are franz-go's default at most, about 1 MB, which Kafka's
-// default max.message.bytes takes: a record with an event larger than
-// that fails the replay (the records hold about 256 KiB of events each).
+// record batches are as large as the topic takes (max.message.bytes, read
+// from the brokers unless configured), so that a replay carries every
+// event the source topic carried: a record holds about 256 KiB of events,
+// or one larger event alone.
 type KafkaTarget struct {
-	cl    *kgo.Client
-	opts  []kgo.Opt
-	topic string
-	mu    sync.Mutex
-	err   error
+	cl       *kgo.Client
+	opts     []kgo.Opt
+	topic    string
+	maxBatch int32
+	mu       sync.Mutex
+	err      error
 }
 
 // deliveryTimeout is how long a record may wait to be written before the
@@ -59,20 +79,73 @@ type KafkaTarget struct {
 // (and a re-run resumes) instead of leaving it waiting for good.
 var deliveryTimeout = 2 * time.Minute
 
-// NewKafkaTarget connects to the brokers opts name, producing to topic
-// with at most maxBuffered bytes of records queued. A record not written
-// within 2 minutes fails the run, unless opts set their own
-// kgo.RecordDeliveryTimeout.
-func NewKafkaTarget(topic string, maxBuffered int64, opts ...kgo.Opt) (*KafkaTarget, error) {
+// minBatchBytes is the smallest max.message.bytes a target takes: the
+// producer's own floor.
+const minBatchBytes = 512
+
+// NewKafkaTarget connects to the brokers opts name, producing to
+// cfg.Topic with at most cfg.MaxBuffered bytes of records queued, in
+// batches of at most cfg.MaxMessageBytes (0: it describes the topic's
+// max.message.bytes). A record not written within 2 minutes fails the
+// run, unless opts set their own kgo.RecordDeliveryTimeout.
+func NewKafkaTarget(ctx context.Context, cfg KafkaTargetConfig, opts ...kgo.Opt) (*KafkaTarget, error) {
+	maxBatch := cfg.MaxMessageBytes
+	if maxBatch == 0 {
+		n, err := describeMaxMessageBytes(ctx, cfg.Topic, opts)
+		if err != nil {
+			return nil, err
+		}
+		maxBatch = n
+	}
+	if maxBatch < minBatchBytes {
+		return nil, fmt.Errorf("topic %s: max message bytes %d: the producer takes at least %d", cfg.Topic, maxBatch, minBatchBytes)
+	}
 	all := append([]kgo.Opt{kgo.RecordDeliveryTimeout(deliveryTimeout)}, opts...)
-	all = append(all, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.MaxBufferedBytes(int(maxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()))
+	all = append(all, kgo.DefaultProduceTopic(cfg.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.MaxBufferedBytes(int(cfg.MaxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchMaxBytes(maxBatch), kgo.BrokerMaxWriteBytes(max(100<<20, maxBatch+64<<10)))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &KafkaTarget{cl: cl, opts: opts, topic: topic}, nil
+	return &KafkaTarget{cl: cl, opts: opts, topic: cfg.Topic, maxBatch: maxBatch}, nil
 }
+
+// describeMaxMessageBytes reads topic's max.message.bytes: the topic's
+// own, or the broker default it falls back to.
+func describeMaxMessageBytes(ctx context.Context, topic string, opts []kgo.Opt) (int32, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err == nil && len(rcs) == 1 {
+		err = rcs[0].Err
+	}
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return 0, fmt.Errorf("topic %s does not exist: create it first (its partition count decides where each region's records go)", topic)
+	case err != nil:
+		return 0, fmt.Errorf("topic %s: describe its max.message.bytes (or pass --max-message-bytes): %w", topic, err)
+	case len(rcs) != 1:
+		return 0, fmt.Errorf("topic %s: describe its max.message.bytes: %d answers (or pass --max-message-bytes)", topic, len(rcs))
+	}
+	for _, c := range rcs[0].Configs {
+		if c.Key != "max.message.bytes" {
+			continue
+		}
+		n, err := strconv.ParseInt(c.MaybeValue(), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("topic %s: max.message.bytes %q: %w", topic, c.MaybeValue(), err)
+		}
+		return int32(n), nil
+	}
+	return 0, fmt.Errorf("topic %s: the brokers do not describe its max.message.bytes: pass --max-message-bytes", topic)
+}
+
+// MaxBatchBytes implements Target.
+func (t *KafkaTarget) MaxBatchBytes() int32 { return t.maxBatch }
 
 func cloneOpts(o []kgo.Opt) []kgo.Opt { return append([]kgo.Opt{}, o...) }
 

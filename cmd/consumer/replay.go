@@ -30,6 +30,7 @@ type replayConfig struct {
 	Format     string
 	FromBucket bool
 	MaxMemory  cli.Size
+	MaxMessage cli.Size
 	Parallel   int
 	TempDir    string
 	metrics    opMetrics
@@ -51,6 +52,7 @@ func (c *replayConfig) RegisterFlags(f *flag.FlagSet) {
 	f.BoolVar(&c.FromBucket, "from-bucket", false, "read the backup from the bucket alone, without Redis (as restore --from-bucket)")
 	c.MaxMemory = 128 << 20
 	f.Var(&c.MaxMemory, "max-memory", "chunk bytes and queued records held at once; also the Go soft memory limit unless GOMEMLIMIT is set")
+	f.Var(&c.MaxMessage, "max-message-bytes", "largest record batch --to-topic takes (default 0: the topic's max.message.bytes, as its brokers describe it)")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while reading the state (--mode state)")
 	c.metrics.RegisterFlags(f)
@@ -80,6 +82,8 @@ func (c *replayConfig) check() error {
 		return errors.New("--from applies to --mode log only: --mode state publishes the state at --to")
 	case c.Parallel < 1:
 		return errors.New("--parallel: must be at least 1")
+	case c.MaxMessage != 0 && (c.MaxMessage < 512 || c.MaxMessage > 1<<30):
+		return fmt.Errorf("--max-message-bytes %d: want 512 bytes to 1 GiB", int64(c.MaxMessage))
 	case c.To.ts != 0 && c.From.ts >= c.To.ts:
 		return fmt.Errorf("--from %d is not before --to %d", c.From.ts, c.To.ts)
 	}
@@ -113,7 +117,8 @@ func runReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := replay.NewKafkaTarget(cfg.ToTopic, replay.ProducerMemory(int64(cfg.MaxMemory)), opts...)
+	t, err := replay.NewKafkaTarget(ctx, replay.KafkaTargetConfig{Topic: cfg.ToTopic, MaxBuffered: replay.ProducerMemory(int64(cfg.MaxMemory)),
+		MaxMessageBytes: int32(cfg.MaxMessage)}, opts...)
 	if err != nil {
 		return err
 	}
@@ -130,21 +135,23 @@ func runReplay(ctx context.Context, args []string) error {
 // replayJSON is `consumer replay --json` (docs/SCRIPTING.md, "JSON
 // output").
 type replayJSON struct {
-	Flow    flowJSON  `json:"flow"`
-	Mode    string    `json:"mode"`
-	From    tsJSON    `json:"from"`
-	To      tsJSON    `json:"to"`
-	Topic   string    `json:"topic"`
-	RunID   string    `json:"run_id"`
-	Records int64     `json:"records"`
-	Bytes   int64     `json:"bytes"`
-	Skipped int64     `json:"skipped"`
-	Resumed bool      `json:"resumed"`
-	Regions int       `json:"regions"`
-	Chunks  int       `json:"chunks"`
-	Tables  []int64   `json:"tables"`
-	LeftOut []leftOut `json:"left_out"`
-	Seconds float64   `json:"seconds"`
+	Flow    flowJSON `json:"flow"`
+	Mode    string   `json:"mode"`
+	From    tsJSON   `json:"from"`
+	To      tsJSON   `json:"to"`
+	Topic   string   `json:"topic"`
+	RunID   string   `json:"run_id"`
+	Records int64    `json:"records"`
+	Bytes   int64    `json:"bytes"`
+	Skipped int64    `json:"skipped"`
+	Resumed bool     `json:"resumed"`
+	Regions int      `json:"regions"`
+	Chunks  int      `json:"chunks"`
+	// LogBytes are the chunks' uncompressed bytes read.
+	LogBytes int64     `json:"log_bytes"`
+	Tables   []int64   `json:"tables"`
+	LeftOut  []leftOut `json:"left_out"`
+	Seconds  float64   `json:"seconds"`
 	// Selection is what was asked for, as restore's.
 	Selection selJSON `json:"selection"`
 }
@@ -227,6 +234,6 @@ func runReplayWith(ctx context.Context, cfg *replayConfig, src backup.Source, t 
 		cfg.out.printf("resumed: %d records an earlier run with the same arguments had written were skipped\n", res.Skipped)
 	}
 	return cfg.out.result(replayJSON{Flow: flowOf(f), Mode: string(res.Mode), From: tsOf(res.From), To: tsOf(res.To), Topic: cfg.ToTopic, RunID: res.RunID,
-		Records: res.Records, Bytes: res.Bytes, Skipped: res.Skipped, Resumed: res.Skipped > 0, Regions: res.Regions, Chunks: res.Chunks,
+		Records: res.Records, Bytes: res.Bytes, Skipped: res.Skipped, Resumed: res.Skipped > 0, Regions: res.Regions, Chunks: res.Chunks, LogBytes: res.LogBytes,
 		Tables: nonNil(res.Tables), LeftOut: nonNil(r.leftOut), Seconds: secs, Selection: selectionOf(sel)})
 }
