@@ -92,6 +92,13 @@ type Commit struct {
 // state (FLUSHALL) refuses the commit with an *OwnerLostError instead of
 // taking offsets and metas as if the prefix were new.
 //
+// Which of c.Flows still exist is read from the flows set, WATCHed as one
+// key whatever the number of flows: a create, a drop and recover write it
+// in the MULTI that writes or deletes flow:info, so membership is
+// existence, and a replace (SADD of a member already there) leaves it
+// untouched, so the DDLs that change no flow's existence make no commit in
+// flight retry (docs/FORMAT.md, "The commit transaction").
+//
 // Metas are added even for flows that were dropped meanwhile: a dropped
 // flow's backup stays restorable by id. ZADD of a path already listed only
 // rewrites its score, so a retried commit does not list a meta twice.
@@ -119,8 +126,8 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 			watch = append(watch, k.Offset(p.Topic, p.Partition))
 		}
 	}
-	for _, id := range c.Flows {
-		watch = append(watch, k.FlowInfo(id))
+	if len(c.Flows) > 0 {
+		watch = append(watch, k.Flows())
 	}
 	watch = s.guardKeys(watch...)
 	err := s.txn(ctx, "commit", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {

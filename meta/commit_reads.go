@@ -11,12 +11,13 @@ import (
 
 // commitReads reads on the commit's WATCHed connection what it decides on,
 // in one round trip however many partitions and flows the cycle has: the
-// owner key (when the store guards its writes), every lease, the offset of every partition with CheckFrom, and which flows of
-// c.Flows exist. It returns a *LeaseLostError for the first lease no longer
+// owner key (when the store guards its writes), every lease, the offset of
+// every partition with CheckFrom, and which flows of c.Flows exist (one
+// SMISMEMBER of the flows set, Redis 6.2 or later). It returns a *LeaseLostError for the first lease no longer
 // held by the same member at the same epoch (after an *OwnerLostError if
 // the prefix's state is gone), else an *OffsetMovedError for
 // the first offset that is neither where its cycle started nor already
-// where it ends, else the ids of the flows whose flow:info exists.
+// where it ends, else the ids of c.Flows that the flows set holds.
 //
 // Reading them together instead of one by one changes nothing the commit
 // relies on: the keys are WATCHed before the reads, so a change to any of
@@ -26,7 +27,7 @@ func (s *Store) commitReads(ctx context.Context, tx *redis.Tx, c *Commit) ([]Flo
 	var owner *redis.StringCmd
 	leases := make([]*redis.SliceCmd, len(c.Leases))
 	offsets := make([]*redis.StringCmd, len(c.Partitions))
-	flows := make([]*redis.IntCmd, len(c.Flows))
+	var flows *redis.BoolSliceCmd
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if s.owner.Load() != nil {
 			owner = p.Get(ctx, k.Owner())
@@ -39,8 +40,12 @@ func (s *Store) commitReads(ctx context.Context, tx *redis.Tx, c *Commit) ([]Flo
 				offsets[i] = p.Get(ctx, k.Offset(pc.Topic, pc.Partition))
 			}
 		}
-		for i, id := range c.Flows {
-			flows[i] = p.Exists(ctx, k.FlowInfo(id))
+		if len(c.Flows) > 0 {
+			ids := make([]any, len(c.Flows))
+			for i, id := range c.Flows {
+				ids[i] = u32(id)
+			}
+			flows = p.SMIsMember(ctx, k.Flows(), ids...)
 		}
 		return nil
 	})
@@ -78,13 +83,16 @@ func (s *Store) commitReads(ctx context.Context, tx *redis.Tx, c *Commit) ([]Flo
 		}
 		return nil, &OffsetMovedError{Topic: pc.Topic, Partition: pc.Partition, From: pc.From, Stored: stored}
 	}
+	if flows == nil {
+		return nil, nil
+	}
+	member, err := flows.Result()
+	if err != nil {
+		return nil, fmt.Errorf("smismember %s: %w", k.Flows(), err)
+	}
 	var live []FlowID
 	for i, id := range c.Flows {
-		n, err := flows[i].Result()
-		if err != nil {
-			return nil, fmt.Errorf("exists %s: %w", k.FlowInfo(id), err)
-		}
-		if n > 0 {
+		if member[i] {
 			live = append(live, id)
 		}
 	}

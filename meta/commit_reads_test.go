@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowlog/flowlog/internal/testenv"
@@ -118,5 +120,79 @@ func TestCommitReadsInOneRoundTrip(t *testing.T) {
 	}
 	if metas, err := admin.Metas(ctx, 1); err != nil || len(metas) != 1 {
 		t.Fatalf("metas after the fenced commit = %v %v, want the first commit's alone", metas, err)
+	}
+}
+
+// A commit learns which of its flows exist from the flows set, WATCHed as
+// one key: a replace landing between its reads and EXEC changes no flow's
+// existence and makes it retry nothing, while a drop there fails the EXEC,
+// and the retry leaves the dropped flow's last_flush_ts out and still lists
+// the cycle's meta under it (docs/FORMAT.md, "The commit transaction").
+func TestCommitWatchesTheFlowsSet(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.StartRedis(t)
+	admin := meta.NewStore(r.Client(t), "", nil)
+	const topic = "flowlog.apply"
+	infos := map[meta.FlowID]meta.FlowInfo{}
+	for _, id := range []meta.FlowID{1, 2} {
+		infos[id] = meta.FlowInfo{CatalogName: "c", FlowName: fmt.Sprintf("f%d", id), SourceTableIDs: []uint32{uint32(id)}}
+		if err := admin.CreateFlow(ctx, id, infos[id], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := admin.AcquireLease(ctx, topic, 0, "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name        string
+		between     func() error // between the commit's reads and its EXEC
+		wantRetries float64
+		wantFlush   map[string]string // last_flush after the commit
+	}{
+		{"replace", func() error {
+			next := infos[1]
+			next.SourceTableIDs = []uint32{1, 99}
+			return admin.UpdateFlow(ctx, 1, infos[1], next, nil)
+		}, 0, map[string]string{"1": "10", "2": "10"}},
+		{"drop", func() error { return admin.DestroyFlow(ctx, 2, infos[2]) },
+			1, map[string]string{"1": "20"}},
+	}
+	from := int64(-1)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hook := &roundTrips{}
+			hook.after = func() {
+				if err := tt.between(); err != nil {
+					t.Errorf("%s between the reads and EXEC: %v", tt.name, err)
+				}
+			}
+			rdb := r.Client(t)
+			rdb.AddHook(hook)
+			reg := prometheus.NewRegistry()
+			s := meta.NewStore(rdb, "", reg)
+			next := int64(10 * (i + 1))
+			path := fmt.Sprintf("v2/meta/%020d-A-%d.meta", next, i)
+			c := meta.Commit{Leases: []meta.Lease{lease}, LastFlushTS: uint64(next), Flows: []meta.FlowID{1, 2},
+				Partitions: []meta.PartitionCommit{{Topic: topic, Partition: 0, NextOffset: next, CheckFrom: true, From: from}},
+				Metas:      []meta.MetaRef{{FlowID: 1, Path: path}, {FlowID: 2, Path: path}}}
+			if err := s.Commit(ctx, c); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			from = next
+			if got := txnRetries(t, reg, "commit"); got != tt.wantRetries {
+				t.Errorf("commit retried %v times, want %v", got, tt.wantRetries)
+			}
+			if got := rdb.HGetAll(ctx, s.Keys().LastFlush()).Val(); !maps.Equal(got, tt.wantFlush) {
+				t.Errorf("last_flush = %v, want %v", got, tt.wantFlush)
+			}
+			for _, id := range []meta.FlowID{1, 2} {
+				metas, err := admin.Metas(ctx, id)
+				if err != nil || len(metas) != i+1 || metas[i].Path != path {
+					t.Errorf("metas of flow %d = %v, %v; want %d, the last %s", id, metas, err, i+1, path)
+				}
+			}
+		})
 	}
 }

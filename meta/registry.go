@@ -59,6 +59,12 @@ func NewRegistry(s *Store) *Registry {
 // info, status and coverage seq in one MULTI) and swaps in the new snapshot. A flow
 // listed in the set whose info is gone (dropped meanwhile) is left out. On
 // error the previous snapshot stays.
+//
+// The infos and coverage seqs are read with MGET, refreshMGet keys a
+// command, and the statuses with an HGET each: every replica refreshes
+// after every DDL, so a refresh is N x F reads per DDL for N replicas and
+// F flows, and one command per flow instead of three is most of its Redis
+// work (docs/SIZING.md, "Replicas and Redis").
 func (r *Registry) Refresh(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -67,15 +73,21 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		return fmt.Errorf("refresh registry: %w", err)
 	}
 	k := r.s.keys
-	infos := make([]*redis.StringCmd, len(ids))
+	var infoCmds, seqCmds []*redis.SliceCmd
 	states := make([]*redis.StringCmd, len(ids))
-	seqs := make([]*redis.StringCmd, len(ids))
 	if len(ids) > 0 {
 		_, err = r.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for lo := 0; lo < len(ids); lo += refreshMGet {
+				chunk := ids[lo:min(lo+refreshMGet, len(ids))]
+				infoKeys, seqKeys := make([]string, len(chunk)), make([]string, len(chunk))
+				for i, id := range chunk {
+					infoKeys[i], seqKeys[i] = k.FlowInfo(id), k.CoverageSeq(id)
+				}
+				infoCmds = append(infoCmds, p.MGet(ctx, infoKeys...))
+				seqCmds = append(seqCmds, p.MGet(ctx, seqKeys...))
+			}
 			for i, id := range ids {
-				infos[i] = p.Get(ctx, k.FlowInfo(id))
 				states[i] = p.HGet(ctx, k.FlowState(id), "status")
-				seqs[i] = p.Get(ctx, k.CoverageSeq(id))
 			}
 			return nil
 		})
@@ -83,18 +95,23 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			return fmt.Errorf("refresh registry: read flows: %w", err)
 		}
 	}
+	infos, err := mgetValues(infoCmds)
+	if err != nil {
+		return fmt.Errorf("refresh registry: get infos: %w", err)
+	}
+	seqs, err := mgetValues(seqCmds)
+	if err != nil {
+		return fmt.Errorf("refresh registry: get coverage seqs: %w", err)
+	}
 	snap := &registrySnapshot{
 		flows:   make([]*Flow, 0, len(ids)),
 		byID:    make(map[FlowID]*Flow, len(ids)),
 		byTable: map[uint32][]*Flow{},
 	}
 	for i, id := range ids {
-		v, err := infos[i].Result()
-		if errors.Is(err, redis.Nil) {
+		v, ok := infos[i].(string)
+		if !ok {
 			continue
-		}
-		if err != nil {
-			return fmt.Errorf("refresh registry: get info of flow %d: %w", id, err)
 		}
 		info, err := decodeInfo(k.FlowInfo(id), v)
 		if err != nil {
@@ -105,12 +122,10 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			return fmt.Errorf("refresh registry: status of flow %d: %w", id, err)
 		}
 		f := &Flow{ID: id, Info: info, Status: status}
-		if v, err := seqs[i].Result(); err == nil {
+		if v, ok := seqs[i].(string); ok {
 			if f.CoverageSeq, err = strconv.ParseUint(v, 10, 64); err != nil {
 				return fmt.Errorf("refresh registry: parse %s = %q: %w", k.CoverageSeq(id), v, err)
 			}
-		} else if !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("refresh registry: coverage seq of flow %d: %w", id, err)
 		}
 		snap.flows = append(snap.flows, f)
 		snap.byID[id] = f
@@ -130,6 +145,24 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	r.snap.Store(snap)
 	r.version.Add(1)
 	return nil
+}
+
+// refreshMGet bounds the keys of one MGET of a refresh, so that no reply
+// of a registry of many flows is one huge array.
+const refreshMGet = 1000
+
+// mgetValues are the values of MGETs in order: a string, or nil for a
+// missing key.
+func mgetValues(cmds []*redis.SliceCmd) ([]any, error) {
+	var out []any
+	for _, c := range cmds {
+		vals, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, vals...)
+	}
+	return out, nil
 }
 
 // Version counts successful refreshes: a reader that saw version v has seen

@@ -2,6 +2,7 @@ package meta_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -161,5 +162,51 @@ func TestRegistryFlowSets(t *testing.T) {
 	}
 	if r.SetForTable(3) != s2 {
 		t.Fatal("table 3 is still read by a and b: its set must stay")
+	}
+}
+
+// A refresh reads the infos and coverage seqs of many flows in batches of
+// keys: every flow of a registry larger than one batch is loaded with its
+// own definition, status and seq, and a member of the flows set whose info
+// is gone is left out.
+func TestRegistryRefreshManyFlows(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	s := meta.NewStore(rdb, "", nil)
+	const n = 2100 // more than two batches
+	p := rdb.Pipeline()
+	for id := range meta.FlowID(n) {
+		id++
+		p.SAdd(ctx, s.Keys().Flows(), fmt.Sprint(id))
+		if id%7 == 0 {
+			continue // listed, its info gone: dropped meanwhile
+		}
+		info := fmt.Sprintf(`{"catalog_name":"c","flow_name":"f%d","source_table_ids":[%d]}`, id, id)
+		p.Set(ctx, s.Keys().FlowInfo(id), info, 0)
+		p.Set(ctx, s.Keys().CoverageSeq(id), fmt.Sprint(id*3), 0)
+		if id%2 == 0 {
+			p.HSet(ctx, s.Keys().FlowState(id), "status", meta.StatusFatal)
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := meta.NewRegistry(s)
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	want := n - n/7
+	if got := len(r.Flows()); got != want {
+		t.Fatalf("%d flows loaded, want %d", got, want)
+	}
+	for _, f := range r.Flows() {
+		status := ""
+		if f.ID%2 == 0 {
+			status = meta.StatusFatal
+		}
+		if f.ID%7 == 0 || f.Info.FlowName != fmt.Sprintf("f%d", f.ID) || f.CoverageSeq != uint64(f.ID)*3 ||
+			f.Status != status || !slices.Equal(flowIDs(r.ForTable(int64(f.ID))), []meta.FlowID{f.ID}) {
+			t.Fatalf("flow %d = %+v (status %q), want its own info, seq %d, status %q", f.ID, f.Info, f.Status, f.ID*3, status)
+		}
 	}
 }

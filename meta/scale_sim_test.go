@@ -22,10 +22,10 @@ import (
 // assignment the lease and the start position of each partition; per
 // cycle a registry refresh and the pending coverage after a DDL, one
 // commit (leases, offset compare-and-set, checkpoints, maxts, regions,
-// coverage reports, one meta and last_flush_ts per flow), then the
-// checkpoint advance (the advance turn; its holder reads every
-// partition's checkpoint, finalises coverage and advances every flow, the
-// others read the global checkpoint). Kafka and the bucket are left out: the
+// coverage reports, the cycle's layout v2 meta listed under every flow,
+// last_flush_ts per flow), then the checkpoint advance (the advance turn;
+// its holder reads every partition's checkpoint, finalises coverage and
+// advances every flow, the others read the global checkpoint). Kafka and the bucket are left out: the
 // partitions' end offsets are "every partition has records", and no
 // object is uploaded.
 
@@ -177,7 +177,8 @@ func (r *simReplica) observe(ctx context.Context, ddls uint64, now time.Time) er
 }
 
 // commit is one cycle's commit: every owned partition moved by 100 records
-// with a checkpoint a little behind now, one meta per flow. A commit that
+// with a checkpoint a little behind now, the cycle's meta listed under
+// every flow. A commit that
 // failed without being fenced is tried again as it was, as the flusher
 // retries a cycle.
 func (r *simReplica) commit(ctx context.Context, now time.Time) error {
@@ -211,10 +212,11 @@ func (r *simReplica) build(now time.Time) *meta.Commit {
 			NextOffset: max(p.stored, 0) + 100, Checkpoint: ck, HasCheckpoint: true, MaxTS: ck + 1<<18,
 			Regions: regions, CheckFrom: true, From: p.stored})
 	}
-	cycleID := fmt.Sprintf("%d-replica%d-%d", now.UnixMilli(), r.id, r.seq)
+	// Layout v2, the default: one meta for the cycle, listed under every
+	// flow it serves (docs/FORMAT.md, "Meta objects, version 2").
+	path := fmt.Sprintf("bench/v2/meta/%020d-%s-%d-%d-%016x.meta", ck, r.member(), now.UnixMilli(), r.seq, r.seq)
 	for _, f := range r.reg.Flows() {
-		c.Metas = append(c.Metas, meta.MetaRef{FlowID: f.ID, MinResolvedTS: ck,
-			Path: fmt.Sprintf("bench/%s/%s/v1/backupmeta/%020d-%d-%s.meta", f.Info.CatalogName, f.Info.FlowName, ck, f.ID, cycleID)})
+		c.Metas = append(c.Metas, meta.MetaRef{FlowID: f.ID, MinResolvedTS: ck, Path: path})
 		c.Flows = append(c.Flows, f.ID)
 	}
 	return c

@@ -18,6 +18,7 @@ import (
 type redisSample struct {
 	cpu     float64            // used_cpu_user + used_cpu_sys, seconds
 	calls   map[string]int64   // commandstats calls, by command
+	usec    map[string]int64   // commandstats usec, by command
 	in, out int64              // total_net_input_bytes, total_net_output_bytes
 	machine float64            // busy CPU seconds of the whole machine (/proc/stat)
 	self    float64            // this process's CPU seconds (getrusage)
@@ -27,7 +28,7 @@ type redisSample struct {
 
 // sampleRedis reads the server's counters and the replicas' retries.
 func sampleRedis(ctx context.Context, rdb *redis.Client, reg prometheus.Gatherer) (redisSample, error) {
-	s := redisSample{calls: map[string]int64{}, retries: map[string]float64{}, sampled: time.Now()}
+	s := redisSample{calls: map[string]int64{}, usec: map[string]int64{}, retries: map[string]float64{}, sampled: time.Now()}
 	raw, err := rdb.Info(ctx, "cpu", "commandstats", "stats", "memory").Result()
 	if err != nil {
 		return s, fmt.Errorf("info: %w", err)
@@ -46,8 +47,16 @@ func sampleRedis(ctx context.Context, rdb *redis.Client, reg prometheus.Gatherer
 		case k == "total_net_output_bytes":
 			s.out, _ = strconv.ParseInt(v, 10, 64)
 		case strings.HasPrefix(k, "cmdstat_"):
-			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-			s.calls[strings.TrimPrefix(k, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+			name := strings.TrimPrefix(k, "cmdstat_")
+			for _, f := range strings.Split(v, ",") {
+				fk, fv, _ := strings.Cut(f, "=")
+				switch fk {
+				case "calls":
+					s.calls[name], _ = strconv.ParseInt(fv, 10, 64)
+				case "usec":
+					s.usec[name], _ = strconv.ParseInt(fv, 10, 64)
+				}
+			}
 		}
 	}
 	mfs, err := reg.Gather()
@@ -113,6 +122,7 @@ type simResult struct {
 	inPerCommit        float64
 	outPerCommit       float64
 	topCmds            string
+	topTime            string // the commands that took the most Redis time, µs per commit
 	errs               []error
 	finErrs            int64 // failed coverage finalisations, the whole run
 	finErr             error // the last of them
@@ -156,6 +166,18 @@ func newSimResult(shape simShape, st *simStats, a, b redisSample) simResult {
 		top = append(top, fmt.Sprintf("%s %.0f", c.k, float64(c.v)/n))
 	}
 	r.topCmds = strings.Join(top, ", ")
+	var times []kv
+	for k, v := range b.usec {
+		if d := v - a.usec[k]; d > 0 && k != "info" {
+			times = append(times, kv{k, d})
+		}
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].v > times[j].v })
+	top = top[:0]
+	for _, c := range times[:min(len(times), 6)] {
+		top = append(top, fmt.Sprintf("%s %.0f", c.k, float64(c.v)/n))
+	}
+	r.topTime = strings.Join(top, ", ")
 	r.cmdsPerCommit = float64(total) / n
 	r.inPerCommit = float64(b.in-a.in) / n
 	r.outPerCommit = float64(b.out-a.out) / n

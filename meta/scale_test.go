@@ -188,8 +188,8 @@ func TestReplicaScale(t *testing.T) {
 				})
 				row := res.row()
 				rows = append(rows, row)
-				t.Logf("%s\n  self %.2f cores, advance moved %.2f flows/cycle, retries %v, errors %d, failed finalisations %d, top: %s, load %s",
-					row, res.selfCores, res.flowsMovedPerCycle, res.retries, len(res.errs), res.finErrs, res.topCmds, loadAvg())
+				t.Logf("%s\n  self %.2f cores, advance moved %.2f flows/cycle, retries %v, errors %d, failed finalisations %d, top: %s, top µs: %s, load %s",
+					row, res.selfCores, res.flowsMovedPerCycle, res.retries, len(res.errs), res.finErrs, res.topCmds, res.topTime, loadAvg())
 				if res.finErr != nil {
 					t.Logf("  last failed finalisation: %v", res.finErr)
 				}
