@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/event"
@@ -271,11 +272,22 @@ func applyOffsets(ctx context.Context, t testing.TB, brokers, group string) (kad
 	t.Helper()
 	adm := newAdmin(t, brokers)
 	defer adm.Close()
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		t.Fatalf("committed offsets of %s: %v", group, err)
+	// A coordinator still loading or moving answers with a retriable
+	// error (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS):
+	// ask again until ctx ends.
+	for {
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err == nil {
+			return endOffsets(ctx, t, adm), committed
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			t.Fatalf("committed offsets of %s: %v", group, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return endOffsets(ctx, t, adm), committed
 }
 
 // endOffsets returns the apply topic's end offsets, failing the test if

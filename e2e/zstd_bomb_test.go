@@ -165,7 +165,11 @@ func TestHostileZstdBomb(t *testing.T) {
 	runProducer(t, append([]string{"load", "--brokers", c.Broker.Addr}, loadArgs(before)...)...)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Broker.Addr), kgo.ProducerBatchMaxBytes(16<<20),
-		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerLinger(0))
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerLinger(0),
+		// The broker validates each bomb by decompressing it: on a busy
+		// machine that takes longer than the client's default 10 s past
+		// the request's own timeout.
+		kgo.RequestTimeoutOverhead(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
