@@ -460,7 +460,7 @@ func logStageTimes(b *testing.B, addr string) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		for _, m := range []string{"flowlog_flush_duration_seconds_sum", "flowlog_batch_handle_seconds_sum", "flowlog_tempfile_write_seconds_sum"} {
+		for _, m := range []string{"flowlog_flush_duration_seconds_sum", "flowlog_batch_handle_seconds_sum", "flowlog_tempfile_write_seconds_sum", "flowlog_flush_cycles_total"} {
 			if strings.HasPrefix(l, m) {
 				b.Log(l)
 			}
