@@ -70,7 +70,7 @@ func BenchmarkRestore(b *testing.B) {
 	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 	cons := c.startConsumer(b, "restore-bench-backup", "--flush-interval", benchFlushInterval, "--flush-size", defaults.FlushSize.String())
 	start := time.Now()
-	waitCommitted(ctx, b, cons.Addr, meta.NewStore(c.Redis.Client(b), "flowlog", nil), maxResolved, end, defaultBenchShape())
+	waitCommitted(ctx, b, cons.Addr, meta.NewStore(c.Redis.Client(b), "flowlog", nil), maxResolved, end, defaultBenchShape(), nil)
 	b.Logf("backed up %d events in %v", events, time.Since(start).Round(time.Millisecond))
 	if err := cons.Stop(); err != nil {
 		b.Fatalf("consumer exit after SIGTERM: %v", err)
@@ -79,7 +79,7 @@ func BenchmarkRestore(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		for _, mem := range strings.Split(*restoreBenchMemory, ",") {
-			r := restoreMeasured(ctx, b, c, mem)
+			r := restoreMeasured(ctx, b, c, restoreBenchFlow, mem)
 			budget := int64(256 << 20)
 			if mem != "" {
 				var s cli.Size
@@ -201,14 +201,15 @@ type restoreMeasure struct {
 
 var restoreSummaryRE = regexp.MustCompile(`(?m)^(\d+ tables, \d+ keys, \d+ chunks from \d+ metas, ([\d.]+) MiB of log in ([\d.]+)s .*)$`)
 
-// restoreMeasured restores restoreBenchFlow into a fresh directory with
-// --max-memory mem (none if empty) and measures it.
-func restoreMeasured(ctx context.Context, b *testing.B, c *cluster, mem string) restoreMeasure {
+// restoreMeasured restores flow into a fresh directory with --max-memory
+// mem (none if empty) and the flags of extra (which replace those of
+// restoreConnArgs), and measures it.
+func restoreMeasured(ctx context.Context, b *testing.B, c *cluster, flow, mem string, extra ...string) restoreMeasure {
 	b.Helper()
 	dir := b.TempDir()
 	temp := filepath.Join(dir, "temp")
-	args := append([]string{"restore"}, restoreConnArgs(c)...)
-	args = append(args, "--flow", restoreBenchFlow, "--out", filepath.Join(dir, "out"), "--temp-dir", temp)
+	args := append([]string{"restore"}, overrideArgs(restoreConnArgs(c), extra...)...)
+	args = append(args, "--flow", flow, "--out", filepath.Join(dir, "out"), "--temp-dir", temp)
 	if mem != "" {
 		args = append(args, "--max-memory", mem)
 	}

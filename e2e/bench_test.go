@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/api/iterator"
@@ -95,8 +96,8 @@ func (f benchFlow) tableList() string {
 // quarter of the transactions with large values, --flush-interval
 // benchFlushInterval.
 func defaultBenchShape() benchShape {
-	return benchShape{flows: benchFlows, tables: []int64{1, 2, 3, 4}, regions: benchRegions,
-		interval: benchFlushInterval, largeShare: benchLargeShare}
+	return benchShape{flows: benchFlows, tables: []int64{1, 2, 3, 4}, regions: benchRegions, partitions: benchPartitions,
+		interval: benchFlushInterval, largeShare: benchLargeShare, valueSize: benchShortValue}
 }
 
 // benchShape is the load's and the consumer's width: flows, tables,
@@ -105,9 +106,12 @@ type benchShape struct {
 	flows      []benchFlow
 	tables     []int64
 	regions    int
+	partitions int    // of the apply topic
 	interval   string // --flush-interval
 	largeShare int    // one transaction in largeShare has 1 KiB values; 0: none
+	valueSize  int    // bytes per value of the other transactions
 	layout     string // --layout; "" the consumer's default
+	idle       int    // the last idle flows of flows are over tables the load never writes
 }
 
 // benchShapeOf reads the shape flags. With -bench-flows F and -bench-tables
@@ -116,6 +120,10 @@ type benchShape struct {
 func benchShapeOf(b *testing.B) benchShape {
 	sh := defaultBenchShape()
 	sh.regions, sh.interval, sh.largeShare, sh.layout = *benchRegionsFlag, *benchIntervalFlg, *benchLargeFlag, *benchLayoutFlag
+	sh.partitions, sh.valueSize = *benchPartitionsFlag, *benchValueFlag
+	if sh.partitions <= 0 || sh.valueSize < 32 {
+		b.Fatalf("-bench-partitions %d, -bench-value-size %d: want at least 1 and 32", sh.partitions, sh.valueSize)
+	}
 	if n := *benchFlowsFlag; n > 0 {
 		tables := *benchTablesFlag
 		if tables <= 0 {
@@ -137,6 +145,7 @@ func benchShapeOf(b *testing.B) benchShape {
 			sh.flows = append(sh.flows, f)
 		}
 	}
+	addIdleFlows(&sh, *benchIdleFlowsFlag)
 	return sh
 }
 
@@ -146,7 +155,11 @@ func (sh benchShape) String() string {
 	if layout == "" {
 		layout = "default"
 	}
-	return fmt.Sprintf("%d flows over %d tables, %d regions, --flush-interval %s, --layout %s", len(sh.flows), len(sh.tables), sh.regions, sh.interval, layout)
+	flows := fmt.Sprintf("%d flows", len(sh.flows))
+	if sh.idle > 0 {
+		flows = fmt.Sprintf("%d flows (%d of them idle, over tables without events)", len(sh.flows), sh.idle)
+	}
+	return fmt.Sprintf("%s over %d tables, %d regions, %d partitions, --flush-interval %s, --layout %s", flows, len(sh.tables)+sh.idle, sh.regions, sh.partitions, sh.interval, layout)
 }
 
 // benchEvents is the load size: -bench-events, else FLOWLOG_BENCH_EVENTS,
@@ -175,11 +188,12 @@ func benchLoads(events int, sh benchShape) []loadgen.Config {
 		large = events / sh.largeShare
 	}
 	loads := []loadgen.Config{
-		{Events: events - large, Tables: sh.tables, Regions: sh.regions, ValueSize: benchShortValue, Seed: 9, StartTime: start},
+		{Events: events - large, Tables: sh.tables, Regions: sh.regions, ValueSize: sh.valueSize, Seed: 9, StartTime: start,
+			BatchSize: loadBatchSize(sh.valueSize)},
 	}
 	if large > 0 {
 		loads = append(loads, loadgen.Config{Events: large, Tables: sh.tables, Regions: sh.regions, ValueSize: benchLargeValue, Seed: 10,
-			StartTime: start.Add(24 * time.Hour)})
+			StartTime: start.Add(24 * time.Hour), BatchSize: loadBatchSize(benchLargeValue)})
 	}
 	return loads
 }
@@ -230,7 +244,7 @@ func createBenchFlows(ctx context.Context, b *testing.B, brokers string, sh benc
 func BenchmarkPipeline(b *testing.B) {
 	events := benchEvents(b)
 	sh := benchShapeOf(b)
-	c := startCluster(b, benchPartitions)
+	c := startCluster(b, sh.partitions)
 	loadStart := time.Now()
 	createBenchFlows(context.Background(), b, c.Broker.Addr, sh)
 	var maxResolved uint64
@@ -250,6 +264,8 @@ func BenchmarkPipeline(b *testing.B) {
 	endOffsets(ctx, b, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
 	adm.Close()
 	rdb := c.Redis.Client(b)
+	var own redisCounter // the benchmark's own commands, left out of the consumer's
+	rdb.AddHook(&own)
 	var defaults pipeline.Config
 	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 
@@ -268,7 +284,30 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 		cons := c.startConsumer(b, fmt.Sprintf("bench-consumer-%d", i), args...)
 		disk := sampleTempDisk(tempDir)
-		pt := waitCommitted(ctx, b, cons.Addr, store, maxResolved, end, sh)
+		// The per-commit figures are of the run from the first record to
+		// everything committed: the start (the flows' DDL, the group join)
+		// is left out. `consumer flows` runs every 5 s of it.
+		var (
+			redisFirst         redisTotals
+			ownFirst, ownBytes int64
+			atFirst            consumerMetrics
+			flows              = newFlowsCaller(b, c, fmt.Sprintf("bench-pipe-%d", i), prefix)
+			stopFlows          = make(chan struct{})
+			flowsDone          = func() error { return nil }
+		)
+		pt := waitCommitted(ctx, b, cons.Addr, store, maxResolved, end, sh, func() {
+			redisFirst, ownFirst, ownBytes = readRedisTotals(ctx, b, rdb), own.cmds.Load(), own.bytes.Load()
+			atFirst = scrapeConsumerMetrics(b, cons.Addr)
+			flowsDone = flows.during(ctx, 5*time.Second, stopFlows)
+		})
+		redisDone := readRedisTotals(ctx, b, rdb)
+		close(stopFlows)
+		if err := flowsDone(); err != nil {
+			b.Errorf("during the run: %v", err)
+		}
+		var sw sweepResult
+		sw.statusN, sw.statusMedian, sw.statusMax = pt.status.summary()
+		sw.flowsN, sw.flowsMedian, sw.flowsMax = flows.lat.summary()
 		cpu := restoreProcCPU(cons)
 		peakDisk := disk.halt()
 		hwm, err := peakRSS(cons)
@@ -276,13 +315,65 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Errorf("peak RSS: %v", err)
 		}
 		logStageTimes(b, cons.Addr)
+		sw.metrics = scrapeConsumerMetrics(b, cons.Addr)
+		sw.commitsRun = sw.metrics.commits - atFirst.commits
+		// The consumer's Redis work from its start to everything committed:
+		// the server's totals less the benchmark's own polling and what its
+		// /status and `consumer flows` calls cost, each measured alone below.
+		statusCost := callCost(ctx, b, rdb, func() error {
+			_, err := statusNext(&http.Client{Timeout: 10 * time.Second}, "http://"+cons.Addr)
+			return err
+		})
 		if err := cons.Stop(); err != nil {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
+		flowsCost := callCost(ctx, b, rdb, func() error { return flows.call(ctx) })
+		sw.redis = redisDone.sub(redisFirst)
+		sw.redis.cmds -= own.cmds.Load() - ownFirst
+		sw.redis.inBytes -= own.bytes.Load() - ownBytes
+		for _, c := range []struct {
+			n    int
+			cost redisTotals
+		}{{sw.statusN - pt.statusBefore, statusCost}, {sw.flowsN, flowsCost}} {
+			sw.redis.cmds -= int64(c.n) * c.cost.cmds
+			sw.redis.inBytes -= int64(c.n) * c.cost.inBytes
+			sw.redis.outBytes -= int64(c.n) * c.cost.outBytes
+		}
 		up := gcsAlone(ctx, b, c, prefix, defaults)
-		report(b, benchResult{events: events, shape: sh, raw: raw, pipe: pt.done.Sub(pt.first), pipeTotal: pt.done.Sub(start),
-			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, mem: hwm, disk: peakDisk})
+		sw.objects = up.listed
+		if *benchRestoreFlag {
+			sw.restored, sw.restoreFlow = true, sh.flows[0].name
+			r := restoreMeasured(ctx, b, c, sw.restoreFlow, "", "--group", fmt.Sprintf("bench-pipe-%d", i), "--redis-prefix", prefix, "--gcs-prefix", prefix)
+			sw.restoreWall, sw.restorePlan, sw.restoreMaxRSS = r.wall, r.wall-r.took, r.maxRSS
+		}
+		res := benchResult{events: events, shape: sh, raw: raw, pipe: pt.done.Sub(pt.first), pipeTotal: pt.done.Sub(start),
+			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, mem: hwm, disk: peakDisk}
+		report(b, res)
+		reportSweep(b, sw, float64(raw.bytes)/1e6)
 	}
+}
+
+// callCost runs call three times against the benchmark's Redis and
+// returns the least the server handled for one of them (a flush cycle of
+// the consumer may land in the window of one), less what reading the
+// totals costs (the INFO replies are bytes out).
+func callCost(ctx context.Context, b *testing.B, rdb *redis.Client, call func() error) redisTotals {
+	b.Helper()
+	least := func(call func() error) redisTotals {
+		var l redisTotals
+		for i := range 3 {
+			before := readRedisTotals(ctx, b, rdb)
+			if err := call(); err != nil {
+				b.Fatalf("measure a call's Redis cost: %v", err)
+			}
+			d := readRedisTotals(ctx, b, rdb).sub(before)
+			if i == 0 || d.cmds < l.cmds || d.cmds == l.cmds && d.inBytes < l.inBytes {
+				l = d
+			}
+		}
+		return l
+	}
+	return least(call).sub(least(func() error { return nil }))
 }
 
 // benchProduce runs the producer with args like runProducer, with time for
@@ -335,6 +426,7 @@ func report(b *testing.B, r benchResult) {
 	b.ReportMetric(pipeMBs, "pipeline_MB/s")
 	b.ReportMetric(ratio, "ratio")
 	b.ReportMetric(ratioTotal, "ratio_incl_join")
+	b.ReportMetric(r.up.took.Seconds()/r.pipe.Seconds(), "gcs_alone/pipeline")
 	b.ReportMetric(r.tail.Seconds(), "pipeline_tail_s")
 	b.ReportMetric(cpuPerGB, "cpu_s/GB")
 	b.ReportMetric(float64(r.mem.peak)/(1<<20), "peak_RSS_MiB")
@@ -348,7 +440,7 @@ func report(b *testing.B, r benchResult) {
 		"  raw       %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. group join); ratio raw/pipeline %.2f (%.2f incl. join)\n"+
 		"  GCS alone %.2fs: the pipeline's %d data and meta objects (%.1f MB; %d data objects) of %d cycles uploaded again, %d data objects at a time (%.1f MB/s); %d catalog objects\n"+
 		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB (at the end %.1f MiB of it file-backed, the binary; %.1f MiB anonymous), peak temp dir %.1f MB\n",
-		raw.records, mb, r.events, r.shape.largeShare, benchLargeValue, benchShortValue, benchPartitions, r.shape,
+		raw.records, mb, r.events, r.shape.largeShare, benchLargeValue, r.shape.valueSize, r.shape.partitions, r.shape,
 		r.pipe.Seconds(), pipeRPS, pipeMBs, r.pipeTotal.Seconds(), r.tail.Seconds(),
 		rawData.Seconds(), rawRPS, rawMBs, raw.took.Seconds(), ratio, ratioTotal,
 		r.up.took.Seconds(), r.up.objects, float64(r.up.bytes)/1e6, r.up.data, r.up.cycles, r.up.parallel, float64(r.up.bytes)/1e6/r.up.took.Seconds(), r.up.catalogs,
@@ -368,7 +460,7 @@ func logStageTimes(b *testing.B, addr string) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		for _, m := range []string{"flowlog_flush_duration_seconds_sum", "flowlog_batch_handle_seconds_sum", "flowlog_tempfile_write_seconds_sum"} {
+		for _, m := range []string{"flowlog_flush_duration_seconds_sum", "flowlog_batch_handle_seconds_sum", "flowlog_tempfile_write_seconds_sum", "flowlog_flush_cycles_total"} {
 			if strings.HasPrefix(l, m) {
 				b.Log(l)
 			}
@@ -443,19 +535,24 @@ func rawConsume(ctx context.Context, b *testing.B, brokers, group string, end ma
 
 // pipeTimes are the moments waitCommitted observed.
 type pipeTimes struct {
-	first    time.Time // /status first showed a partition consumed past offset 0
-	consumed time.Time // /status first showed every partition consumed to its end
-	done     time.Time // checkpoint and Redis offsets at the end
+	first    time.Time  // /status first showed a partition consumed past offset 0
+	consumed time.Time  // /status first showed every partition consumed to its end
+	done     time.Time  // checkpoint and Redis offsets at the end
+	status   *latencies // of the /status calls that answered
+	// statusBefore is how many of them answered up to the one that
+	// showed the first record.
+	statusBefore int
 }
 
 // waitCommitted polls (every 10 ms) until the global checkpoint reaches ts
 // and every apply partition's Redis offset equals its end offset, watching
 // the consumer's /status at addr (every 500 ms) for its first record and its
-// end of input; then it checks every bench flow's checkpoint once.
-func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.Store, ts uint64, end map[int32]int64, sh benchShape) pipeTimes {
+// end of input; then it checks every bench flow's checkpoint once. It calls
+// onFirst, unless nil, when it sees the first record.
+func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.Store, ts uint64, end map[int32]int64, sh benchShape, onFirst func()) pipeTimes {
 	b.Helper()
 	var (
-		pt  pipeTimes
+		pt  = pipeTimes{status: &latencies{}}
 		msg string
 		cl  = &http.Client{Timeout: time.Second}
 	)
@@ -469,6 +566,7 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 			polled = time.Now()
 			if next, err := statusNext(cl, "http://"+addr); err == nil {
 				now, sum, all := time.Now(), int64(0), len(next) == len(end)
+				pt.status.add(now.Sub(polled))
 				for p, n := range next {
 					n = max(n, 0) // -1: nothing consumed, as in a partition no region hashed to
 					sum += n
@@ -476,6 +574,10 @@ func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.S
 				}
 				if sum > 0 && pt.first.IsZero() {
 					pt.first = now
+					pt.statusBefore = len(pt.status.d)
+					if onFirst != nil {
+						onFirst()
+					}
 				}
 				if all {
 					pt.consumed = now
@@ -597,6 +699,7 @@ func (s *tempDiskSampler) halt() int64 {
 type uploadResult struct {
 	objects, data, cycles, parallel int
 	catalogs                        int // catalog objects in the listing (not uploaded again)
+	listed                          int // every object under the prefix
 	bytes                           int64
 	took                            time.Duration
 }
@@ -632,7 +735,7 @@ func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg 
 			p.meta = name
 		}
 	}
-	catalogs := 0
+	catalogs, listed := 0, 0
 	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
 	for {
 		attrs, err := it.Next()
@@ -642,6 +745,7 @@ func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg 
 		if err != nil {
 			b.Fatalf("list objects: %v", err)
 		}
+		listed++
 		if unit, kind, ok := sink.V2Unit(prefix, attrs.Name); ok {
 			add(unit, "", attrs.Name, kind == sink.GCData)
 			continue
@@ -667,7 +771,7 @@ func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg 
 		b.Fatalf("gcs: %v", err)
 	}
 	defer gb.Close()
-	res := uploadResult{cycles: len(ids), parallel: cfg.UploadParallel, catalogs: catalogs}
+	res := uploadResult{cycles: len(ids), parallel: cfg.UploadParallel, catalogs: catalogs, listed: listed}
 	read := func(name string) []byte {
 		r, err := bkt.Object(name).NewReader(ctx)
 		if err != nil {

@@ -1,0 +1,359 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The sweep knobs of BenchmarkPipeline (docs/SIZING.md, "Cost curves"):
+// each varies one axis of the load or the cluster while the others keep
+// their defaults.
+var (
+	benchPartitionsFlag = flag.Int("bench-partitions", benchPartitions, "BenchmarkPipeline: partitions of the apply topic")
+	benchValueFlag      = flag.Int("bench-value-size", benchShortValue, "BenchmarkPipeline: bytes per value of the transactions that are not large (at least 32; above 255 the default CF)")
+	benchIdleFlowsFlag  = flag.Int("bench-idle-flows", 0, "BenchmarkPipeline: more flows, each over a table of its own that the load never writes")
+	benchRestoreFlag    = flag.Bool("bench-restore", true, "BenchmarkPipeline: restore the first flow after the run and report its planning time and peak RSS")
+)
+
+// idleTableBase is the first table of the idle flows: far past any table
+// the load writes.
+const idleTableBase = 1_000_000
+
+// addIdleFlows appends n flows to sh, each over a table no event of the
+// load is in.
+func addIdleFlows(sh *benchShape, n int) {
+	for i := range n {
+		sh.flows = append(sh.flows, benchFlow{name: fmt.Sprintf("fbench-idle-%04d", i), tables: []int64{idleTableBase + int64(i)}})
+	}
+	sh.idle = n
+}
+
+// loadBatchSize is the producer's --batch-size for values of size bytes: 64
+// events a record (the producer's default) up to 4 KiB values, fewer above,
+// so that one record stays within about 512 KiB (Kafka's default
+// max.message.bytes is 1 MiB).
+func loadBatchSize(size int) int {
+	return max(1, min(64, (512<<10)/max(size, 1)))
+}
+
+// redisCounter counts the commands a go-redis client sends and their bytes
+// in the protocol (RESP), so that the benchmark can take its own polling
+// out of the server's totals.
+type redisCounter struct {
+	cmds, bytes atomic.Int64
+}
+
+var _ redis.Hook = (*redisCounter)(nil)
+
+func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// count adds cmd and the size of its RESP array of bulk strings.
+func (c *redisCounter) count(cmd redis.Cmder) {
+	n := len(fmt.Sprintf("*%d\r\n", len(cmd.Args())))
+	for _, a := range cmd.Args() {
+		s := fmt.Sprint(a)
+		n += len(fmt.Sprintf("$%d\r\n", len(s))) + len(s) + 2
+	}
+	c.cmds.Add(1)
+	c.bytes.Add(int64(n))
+}
+
+// redisTotals is what a redis-server has handled since it started.
+type redisTotals struct {
+	cmds     int64 // calls summed over INFO commandstats, INFO itself left out
+	inBytes  int64 // total_net_input_bytes
+	outBytes int64 // total_net_output_bytes
+}
+
+func (t redisTotals) sub(o redisTotals) redisTotals {
+	return redisTotals{cmds: t.cmds - o.cmds, inBytes: t.inBytes - o.inBytes, outBytes: t.outBytes - o.outBytes}
+}
+
+// readRedisTotals reads INFO commandstats and INFO stats. The two INFO
+// calls are not counted in cmds; their bytes are in inBytes and outBytes
+// (a few hundred to a few thousand).
+func readRedisTotals(ctx context.Context, b *testing.B, rdb *redis.Client) redisTotals {
+	b.Helper()
+	var t redisTotals
+	for _, section := range []string{"commandstats", "stats"} {
+		s, err := rdb.Info(ctx, section).Result()
+		if err != nil {
+			b.Fatalf("redis INFO %s: %v", section, err)
+		}
+		for l := range strings.Lines(s) {
+			l = strings.TrimSpace(l)
+			name, v, ok := strings.Cut(l, ":")
+			if !ok {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
+				for f := range strings.SplitSeq(v, ",") {
+					if n, ok := strings.CutPrefix(f, "calls="); ok {
+						c, _ := strconv.ParseInt(n, 10, 64)
+						t.cmds += c
+					}
+				}
+			case name == "total_net_input_bytes":
+				t.inBytes, _ = strconv.ParseInt(v, 10, 64)
+			case name == "total_net_output_bytes":
+				t.outBytes, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return t
+}
+
+// consumerMetrics is what the benchmark takes from a consumer's /metrics.
+type consumerMetrics struct {
+	commits     int64   // flowlog_flush_duration_seconds_count{stage="commit"}
+	commitP99   float64 // seconds, interpolated in the commit histogram's buckets
+	gcsRequests int64   // flowlog_object_operation_seconds_count summed over op
+}
+
+// scrapeConsumerMetrics reads addr's /metrics.
+func scrapeConsumerMetrics(b *testing.B, addr string) consumerMetrics {
+	b.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var (
+		m       consumerMetrics
+		buckets []histBucket
+	)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		name, v, ok := strings.Cut(l, " ")
+		if !ok || strings.HasPrefix(l, "#") {
+			continue
+		}
+		val, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "flowlog_object_operation_seconds_count"):
+			m.gcsRequests += int64(val)
+		case name == `flowlog_flush_duration_seconds_count{stage="commit"}`:
+			m.commits = int64(val)
+		case strings.HasPrefix(name, "flowlog_flush_duration_seconds_bucket{") && strings.Contains(name, `stage="commit"`):
+			_, le, _ := strings.Cut(name, `le="`)
+			le, _, _ = strings.Cut(le, `"`)
+			ub, err := strconv.ParseFloat(le, 64)
+			if err != nil {
+				continue
+			}
+			buckets = append(buckets, histBucket{upper: ub, count: val})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	m.commitP99 = histQuantile(0.99, buckets)
+	return m
+}
+
+// histBucket is one cumulative bucket of a Prometheus histogram.
+type histBucket struct {
+	upper float64 // le; +Inf for the last
+	count float64
+}
+
+// histQuantile is Prometheus's histogram_quantile: linear interpolation
+// in the bucket that holds the q-quantile; the last finite bound when it
+// falls in the +Inf bucket, NaN without observations.
+func histQuantile(q float64, bs []histBucket) float64 {
+	slices.SortFunc(bs, func(a, b histBucket) int {
+		switch {
+		case a.upper < b.upper:
+			return -1
+		case a.upper > b.upper:
+			return 1
+		}
+		return 0
+	})
+	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
+		return math.NaN()
+	}
+	rank := q * bs[len(bs)-1].count
+	lower, below := 0.0, 0.0
+	for i, bk := range bs {
+		if bk.count >= rank {
+			if math.IsInf(bk.upper, 1) {
+				if i == 0 {
+					return math.NaN()
+				}
+				return bs[i-1].upper
+			}
+			if bk.count == below {
+				return bk.upper
+			}
+			return lower + (bk.upper-lower)*(rank-below)/(bk.count-below)
+		}
+		lower, below = bk.upper, bk.count
+	}
+	return bs[len(bs)-1].upper
+}
+
+// latencies are the times of calls of one kind.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// summary is the calls' count, median and max.
+func (l *latencies) summary() (n int, median, most time.Duration) {
+	l.mu.Lock()
+	d := slices.Clone(l.d)
+	l.mu.Unlock()
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(d)
+	return len(d), d[len(d)/2], d[len(d)-1]
+}
+
+// flowsCaller runs `consumer flows` against a consumer's Redis prefix and
+// bucket prefix, and times it.
+type flowsCaller struct {
+	bin  string
+	args []string
+	lat  latencies
+}
+
+func newFlowsCaller(b *testing.B, c *cluster, group, prefix string) *flowsCaller {
+	return &flowsCaller{bin: binary(b, "consumer"), args: []string{"flows", "--redis-url", c.Redis.URL, "--redis-prefix", prefix,
+		"--gcs-bucket", c.GCS.Bucket, "--gcs-endpoint", c.GCS.Addr, "--gcs-prefix", prefix, "--group", group, "--json"}}
+}
+
+// call runs `consumer flows` once, timing it when it succeeds.
+func (f *flowsCaller) call(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, f.bin, f.args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("consumer flows: %w\n%s", err, out.String())
+	}
+	f.lat.add(time.Since(start))
+	return nil
+}
+
+// during calls `consumer flows` now and every period until stop is closed, and
+// returns a function that waits for the last call and says the first
+// error.
+func (f *flowsCaller) during(ctx context.Context, period time.Duration, stop <-chan struct{}) func() error {
+	done := make(chan error, 1)
+	go func() {
+		var first error
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			if err := f.call(ctx); err != nil && first == nil {
+				first = err
+			}
+			select {
+			case <-stop:
+				done <- first
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() error { return <-done }
+}
+
+// sweepResult is what BenchmarkPipeline measures beyond benchResult for
+// the cost curves.
+type sweepResult struct {
+	metrics       consumerMetrics
+	objects       int         // every object under the run's prefix
+	redis         redisTotals // the consumer's, from the first record to everything committed
+	commitsRun    int64       // the consumer's commits meanwhile
+	statusN       int
+	statusMedian  time.Duration
+	statusMax     time.Duration
+	flowsN        int
+	flowsMedian   time.Duration
+	flowsMax      time.Duration
+	restored      bool
+	restoreFlow   string
+	restorePlan   time.Duration // wall time less the read's own time
+	restoreWall   time.Duration
+	restoreMaxRSS int64
+}
+
+// reportSweep reports the sweep's figures per GB of record values (mb in
+// MB) and per commit.
+func reportSweep(b *testing.B, r sweepResult, mb float64) {
+	gb := mb / 1e3
+	commits := float64(max(r.commitsRun, 1))
+	b.ReportMetric(float64(r.objects)/gb, "objects/GB")
+	b.ReportMetric(float64(r.metrics.gcsRequests)/gb, "gcs_requests/GB")
+	b.ReportMetric(float64(r.commitsRun), "commits")
+	b.ReportMetric(float64(r.redis.cmds)/commits, "redis_cmds/commit")
+	b.ReportMetric(float64(r.redis.inBytes)/commits, "redis_in_B/commit")
+	b.ReportMetric(float64(r.redis.outBytes)/commits, "redis_out_B/commit")
+	b.ReportMetric(r.metrics.commitP99*1e3, "commit_p99_ms")
+	b.ReportMetric(float64(r.statusMedian.Microseconds())/1e3, "status_ms")
+	b.ReportMetric(float64(r.flowsMedian.Microseconds())/1e3, "flows_ms")
+	if r.restored {
+		b.ReportMetric(r.restorePlan.Seconds(), "restore_plan_s")
+		b.ReportMetric(float64(r.restoreMaxRSS)/(1<<20), "restore_peak_RSS_MiB")
+	}
+	fmt.Printf("  sweep     %d objects (%.0f/GB), %d GCS requests of the consumer (%.0f/GB); %d commits, commit p99 %.1f ms;\n"+
+		"            Redis per commit %.1f commands, %.0f B in, %.0f B out (the consumer's, from the first record to all committed: %d commits, %d commands, %.1f MB in)\n"+
+		"            /status %d calls during the run, median %.1f ms, max %.1f ms; consumer flows %d calls, median %.0f ms, max %.0f ms\n",
+		r.objects, float64(r.objects)/gb, r.metrics.gcsRequests, float64(r.metrics.gcsRequests)/gb, r.metrics.commits, r.metrics.commitP99*1e3,
+		float64(r.redis.cmds)/commits, float64(r.redis.inBytes)/commits, float64(r.redis.outBytes)/commits, r.commitsRun, r.redis.cmds, float64(r.redis.inBytes)/1e6,
+		r.statusN, ms(r.statusMedian), ms(r.statusMax), r.flowsN, ms(r.flowsMedian), ms(r.flowsMax))
+	if r.restored {
+		fmt.Printf("  restore   flow %s: planning %.2fs (wall %.2fs), peak RSS %.1f MiB\n",
+			r.restoreFlow, r.restorePlan.Seconds(), r.restoreWall.Seconds(), float64(r.restoreMaxRSS)/(1<<20))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
