@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,14 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/storage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/api/iterator"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/loadgen"
 	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
+	"github.com/flowlog/flowlog/sink"
 )
 
 // BenchmarkLatency's knobs: the defaults are the steady load the consumer's
@@ -44,7 +48,10 @@ var (
 // moment its partition's committed offset passed it minus the record's
 // timestamp (set by the producer's client when it produced it). It reports
 // p50, p99 and max of the records' latencies (the poll adds up to 10 ms), the
-// rate achieved, and the consumer's CPU per GB and peak RSS. The target is
+// rate achieved, the consumer's CPU per GB and peak RSS, and the data and
+// meta objects it uploaded from the first produce to all committed, scaled
+// to an hour, with the data objects' mean size (a steady trickle must not
+// turn into a stream of tiny objects). The target is
 // p99 <= flush interval + 2 s: a cycle's upload and commit should take at
 // most 2 s beyond its trigger. Run it with (-count for more runs: each
 // iteration of -benchtime would start its consumer behind the previous
@@ -85,6 +92,7 @@ func BenchmarkLatency(b *testing.B) {
 		endOffsets(ctx, b, adm).Each(func(o kadm.ListedOffset) { from[o.Partition] = o.Offset })
 		poll := pollCommits(ctx, store, benchPartitions)
 		cpu0 := restoreProcCPU(cons)
+		objs0, loadStart := countPrefixObjects(ctx, b, c, prefix), time.Now()
 		out := benchProduce(b, append([]string{"load", "--brokers", c.Broker.Addr, "--rate", strconv.FormatFloat(eventsPerSec, 'f', 1, 64)}, loadArgs(cfg)...)...)
 		maxResolved, err := parseMaxResolved(out)
 		if err != nil {
@@ -101,6 +109,8 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatalf("the load was not committed: %s", msg)
 		}
 		commits := poll.halt()
+		objs, window := countPrefixObjects(ctx, b, c, prefix).minus(objs0), time.Since(loadStart)
+		perHour := float64(objs.data+objs.meta) * float64(time.Hour) / float64(window)
 		cpu := restoreProcCPU(cons) - cpu0
 		mem, err := peakRSS(cons)
 		if err != nil {
@@ -123,14 +133,18 @@ func BenchmarkLatency(b *testing.B) {
 		b.ReportMetric(mb/span.Seconds(), "produced_MB/s")
 		b.ReportMetric(cpu/(mb/1e3), "cpu_s/GB")
 		b.ReportMetric(float64(mem.peak)/(1<<20), "peak_RSS_MiB")
+		b.ReportMetric(perHour, "objects/h")
+		b.ReportMetric(objs.meanData()/1e6, "MB/data_object")
 		fmt.Printf("BenchmarkLatency: %d records, %.1f MB of values produced over %.1fs (%.1f MB/s; asked %.1f MB/s for %v: %d transactions of %d B values at %.0f events/s; %d partitions, %d regions, %d flows; --flush-interval %v, other flags default):\n"+
 			"  produce -> committed in Redis per record: p50 %.2fs, p99 %.2fs, max %.2fs (target p99 <= %.1fs)\n"+
 			"  p99 per 10 s of produce time: %s\n"+
-			"  consumer %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB\n",
+			"  consumer %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB\n"+
+			"  objects  %d data and %d meta objects in the %.1fs from the first produce to all committed: %.0f per hour, data objects of %.2f MB on average\n",
 			len(lat), mb, span.Seconds(), mb/span.Seconds(), *latencyRate, *latencyDuration, cfg.Events, cfg.ValueSize, eventsPerSec,
 			benchPartitions, benchRegions, len(benchFlows), *latencyFlush,
 			p50, p99, worst, (*latencyFlush + 2*time.Second).Seconds(), windowP99(recs, 10*time.Second),
-			cpu, cpu/(mb/1e3), float64(mem.peak)/(1<<20))
+			cpu, cpu/(mb/1e3), float64(mem.peak)/(1<<20),
+			objs.data, objs.meta, window.Seconds(), perHour, objs.meanData()/1e6)
 	}
 }
 
@@ -307,4 +321,60 @@ func recordLatencies(ctx context.Context, b *testing.B, brokers string, from, en
 		b.Fatal("no records produced")
 	}
 	return lat, bytes, last.Sub(first)
+}
+
+// objectCount is how many data and meta objects a prefix holds (either
+// layout; checkpoints and catalogs are not counted), and the data
+// objects' bytes.
+type objectCount struct {
+	data, meta int
+	dataBytes  int64
+}
+
+// minus is what c holds beyond an earlier count.
+func (c objectCount) minus(earlier objectCount) objectCount {
+	return objectCount{data: c.data - earlier.data, meta: c.meta - earlier.meta, dataBytes: c.dataBytes - earlier.dataBytes}
+}
+
+// meanData is the mean size of the data objects in bytes (0 with none).
+func (c objectCount) meanData() float64 {
+	if c.data == 0 {
+		return 0
+	}
+	return float64(c.dataBytes) / float64(c.data)
+}
+
+// countPrefixObjects counts the data and meta objects the consumer wrote under
+// prefix (docs/FORMAT.md, "Object names" of both layouts).
+func countPrefixObjects(ctx context.Context, b *testing.B, c *cluster, prefix string) objectCount {
+	b.Helper()
+	var n objectCount
+	it := c.GCS.Client.Bucket(c.GCS.Bucket).Objects(ctx, &storage.Query{Prefix: prefix + "/"})
+	for {
+		attrs, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return n
+		}
+		if err != nil {
+			b.Fatalf("list objects: %v", err)
+		}
+		kind := ""
+		if _, k, ok := sink.V2Unit(prefix, attrs.Name); ok {
+			kind = k
+		} else if !strings.Contains(attrs.Name, "/catalog/") {
+			switch path.Ext(attrs.Name) {
+			case ".log":
+				kind = sink.GCData
+			case ".meta":
+				kind = sink.GCMeta
+			}
+		}
+		switch kind {
+		case sink.GCData:
+			n.data++
+			n.dataBytes += attrs.Size
+		case sink.GCMeta:
+			n.meta++
+		}
+	}
 }

@@ -240,7 +240,11 @@ func createBenchFlows(ctx context.Context, b *testing.B, brokers string, sh benc
 // with 200 B values; 8 partitions; 3 flows over overlapping tables. It
 // reports the three times, the consumer's CPU seconds per GB of record
 // values (utime+stime), its peak RSS (VmHWM) and the peak size of its temp
-// dir.
+// dir; beside the CPU, its floor on the same bytes: the CPU of (a), plus
+// zstd frames and sha256 of the framed bytes of the pipeline's data
+// objects, measured in the same run (measureFloor), and the ratio of the
+// two (cpu/floor). alone/pipeline is the GCS alone time over the
+// pipeline's.
 func BenchmarkPipeline(b *testing.B) {
 	events := benchEvents(b)
 	sh := benchShapeOf(b)
@@ -271,7 +275,9 @@ func BenchmarkPipeline(b *testing.B) {
 
 	b.ResetTimer()
 	for i := range b.N {
+		rawCPU := selfCPU()
 		raw := rawConsume(ctx, b, c.Broker.Addr, fmt.Sprintf("bench-raw-%d", i), end, defaults.FetchOpts())
+		rawCPU = selfCPU() - rawCPU
 
 		prefix := fmt.Sprintf("bench%d", i)
 		store := meta.NewStore(rdb, prefix, nil)
@@ -340,6 +346,8 @@ func BenchmarkPipeline(b *testing.B) {
 			sw.redis.outBytes -= int64(c.n) * c.cost.outBytes
 		}
 		up := gcsAlone(ctx, b, c, prefix, defaults)
+		floor := measureFloor(ctx, b, c, prefix)
+		floor.raw = rawCPU
 		sw.objects = up.listed
 		if *benchRestoreFlag {
 			sw.restored, sw.restoreFlow = true, sh.flows[0].name
@@ -347,7 +355,7 @@ func BenchmarkPipeline(b *testing.B) {
 			sw.restoreWall, sw.restorePlan, sw.restoreMaxRSS = r.wall, r.wall-r.took, r.maxRSS
 		}
 		res := benchResult{events: events, shape: sh, raw: raw, pipe: pt.done.Sub(pt.first), pipeTotal: pt.done.Sub(start),
-			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, mem: hwm, disk: peakDisk}
+			tail: pt.done.Sub(pt.consumed), up: up, cpu: cpu, floor: floor, mem: hwm, disk: peakDisk}
 		report(b, res)
 		reportSweep(b, sw, float64(raw.bytes)/1e6)
 	}
@@ -401,6 +409,7 @@ type benchResult struct {
 	tail      time.Duration // last record handled to everything committed
 	up        uploadResult
 	cpu       float64    // consumer CPU seconds (user + system)
+	floor     cpuFloor   // the CPU no pipeline can skip, on the same bytes
 	mem       procMemory // consumer VmHWM, RssFile, RssAnon
 	disk      int64      // peak bytes under --temp-dir
 }
@@ -429,6 +438,8 @@ func report(b *testing.B, r benchResult) {
 	b.ReportMetric(r.up.took.Seconds()/r.pipe.Seconds(), "gcs_alone/pipeline")
 	b.ReportMetric(r.tail.Seconds(), "pipeline_tail_s")
 	b.ReportMetric(cpuPerGB, "cpu_s/GB")
+	b.ReportMetric(r.floor.total()/(mb/1e3), "floor_cpu_s/GB")
+	b.ReportMetric(r.cpu/r.floor.total(), "cpu/floor")
 	b.ReportMetric(float64(r.mem.peak)/(1<<20), "peak_RSS_MiB")
 	b.ReportMetric(float64(r.disk)/1e6, "peak_temp_MB")
 	b.ReportMetric(float64(r.up.data), "data_objects")
@@ -439,12 +450,14 @@ func report(b *testing.B, r benchResult) {
 		"  pipeline  %.2fs first record to all committed, %.0f rec/s %.1f MB/s (%.2fs incl. start and join; %.2fs of it after the last record)\n"+
 		"  raw       %.2fs %.0f rec/s %.1f MB/s (%.2fs incl. group join); ratio raw/pipeline %.2f (%.2f incl. join)\n"+
 		"  GCS alone %.2fs: the pipeline's %d data and meta objects (%.1f MB; %d data objects) of %d cycles uploaded again, %d data objects at a time (%.1f MB/s); %d catalog objects\n"+
-		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB (at the end %.1f MiB of it file-backed, the binary; %.1f MiB anonymous), peak temp dir %.1f MB\n",
+		"  consumer  %.1f CPU s (%.1f core-s/GB of values), peak RSS %.1f MiB (at the end %.1f MiB of it file-backed, the binary; %.1f MiB anonymous), peak temp dir %.1f MB\n"+
+		"  floor     %s (%.1f core-s/GB of values; consumer/floor %.2f); GCS alone/pipeline %.2f\n",
 		raw.records, mb, r.events, r.shape.largeShare, benchLargeValue, r.shape.valueSize, r.shape.partitions, r.shape,
 		r.pipe.Seconds(), pipeRPS, pipeMBs, r.pipeTotal.Seconds(), r.tail.Seconds(),
 		rawData.Seconds(), rawRPS, rawMBs, raw.took.Seconds(), ratio, ratioTotal,
 		r.up.took.Seconds(), r.up.objects, float64(r.up.bytes)/1e6, r.up.data, r.up.cycles, r.up.parallel, float64(r.up.bytes)/1e6/r.up.took.Seconds(), r.up.catalogs,
-		r.cpu, cpuPerGB, float64(r.mem.peak)/(1<<20), float64(r.mem.file)/(1<<20), float64(r.mem.anonNow)/(1<<20), float64(r.disk)/1e6)
+		r.cpu, cpuPerGB, float64(r.mem.peak)/(1<<20), float64(r.mem.file)/(1<<20), float64(r.mem.anonNow)/(1<<20), float64(r.disk)/1e6,
+		r.floor, r.floor.total()/(mb/1e3), r.cpu/r.floor.total(), r.up.took.Seconds()/r.pipe.Seconds())
 }
 
 // logStageTimes logs the consumer's flush stage and batch handling
