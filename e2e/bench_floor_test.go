@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -13,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/storage"
 	"github.com/klauspost/compress/zstd"
-	"google.golang.org/api/iterator"
 
 	"github.com/flowlog/flowlog/sink"
 )
@@ -78,30 +75,22 @@ func measureFloor(ctx context.Context, b *testing.B, c *cluster, prefix string) 
 		f        cpuFloor
 		raw, dst []byte
 	)
-	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
-	for {
-		attrs, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
+	eachObject(ctx, b, bkt, prefix, func(name string) {
+		if _, kind, ok := sink.V2Unit(prefix, name); ok && kind != sink.GCData ||
+			!ok && (path.Ext(name) != ".log" || strings.Contains(name, "/catalog/")) {
+			return // a meta, checkpoint or catalog object
 		}
+		r, err := bkt.Object(name).NewReader(ctx)
 		if err != nil {
-			b.Fatalf("list objects: %v", err)
-		}
-		if _, kind, ok := sink.V2Unit(prefix, attrs.Name); ok && kind != sink.GCData ||
-			!ok && (path.Ext(attrs.Name) != ".log" || strings.Contains(attrs.Name, "/catalog/")) {
-			continue // a meta, checkpoint or catalog object
-		}
-		r, err := bkt.Object(attrs.Name).NewReader(ctx)
-		if err != nil {
-			b.Fatalf("read %s: %v", attrs.Name, err)
+			b.Fatalf("read %s: %v", name, err)
 		}
 		stored, err := io.ReadAll(r)
 		_ = r.Close()
 		if err != nil {
-			b.Fatalf("read %s: %v", attrs.Name, err)
+			b.Fatalf("read %s: %v", name, err)
 		}
 		if raw, err = dec.DecodeAll(stored, raw[:0]); err != nil {
-			b.Fatalf("decode %s (the floor needs --compression zstd): %v", attrs.Name, err)
+			b.Fatalf("decode %s (the floor needs --compression zstd): %v", name, err)
 		}
 		f.framed += int64(len(raw))
 		t0 := threadCPU()
@@ -118,7 +107,7 @@ func measureFloor(ctx context.Context, b *testing.B, c *cluster, prefix string) 
 		h.Sum(nil)
 		f.zstd += t1 - t0
 		f.sha += threadCPU() - t1
-	}
+	})
 	if f.framed == 0 {
 		b.Fatalf("no data objects under %s", prefix)
 	}

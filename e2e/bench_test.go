@@ -726,6 +726,23 @@ type uploadResult struct {
 // --max-memory). Objects are read into memory a cycle at a time before
 // its clock starts. Catalogs and checkpoint objects are left out. The time
 // is the floor under any pipeline's on this machine and emulator.
+// eachObject calls fn with the name of every object under prefix, in the
+// bucket's listing order.
+func eachObject(ctx context.Context, b *testing.B, bkt *storage.BucketHandle, prefix string, fn func(name string)) {
+	b.Helper()
+	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
+	for {
+		attrs, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return
+		}
+		if err != nil {
+			b.Fatalf("list objects: %v", err)
+		}
+		fn(attrs.Name)
+	}
+}
+
 func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg pipeline.Config) uploadResult {
 	bkt := c.GCS.Client.Bucket(c.GCS.Bucket)
 	// cycle -> upload (flow id, or "" in layout v2) -> its data and meta
@@ -749,35 +766,27 @@ func gcsAlone(ctx context.Context, b *testing.B, c *cluster, prefix string, cfg 
 		}
 	}
 	catalogs, listed := 0, 0
-	it := bkt.Objects(ctx, &storage.Query{Prefix: prefix + "/"})
-	for {
-		attrs, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			b.Fatalf("list objects: %v", err)
-		}
+	eachObject(ctx, b, bkt, prefix, func(name string) {
 		listed++
-		if unit, kind, ok := sink.V2Unit(prefix, attrs.Name); ok {
-			add(unit, "", attrs.Name, kind == sink.GCData)
-			continue
+		if unit, kind, ok := sink.V2Unit(prefix, name); ok {
+			add(unit, "", name, kind == sink.GCData)
+			return
 		}
-		base := path.Base(attrs.Name)
+		base := path.Base(name)
 		ext := path.Ext(base)
-		if strings.Contains(attrs.Name, "/catalog/") {
+		if strings.Contains(name, "/catalog/") {
 			catalogs++
 		}
 		if ext != ".log" && ext != ".meta" {
-			continue // a checkpoint or catalog object
+			return // a checkpoint or catalog object
 		}
 		// <min_ts or min_resolved_ts>-<flow_id>-<cycle_id><ext>
 		parts := strings.SplitN(strings.TrimSuffix(base, ext), "-", 3)
 		if len(parts) != 3 {
-			b.Fatalf("object %s: name not <ts>-<flow_id>-<cycle_id>", attrs.Name)
+			b.Fatalf("object %s: name not <ts>-<flow_id>-<cycle_id>", name)
 		}
-		add(parts[2], parts[1], attrs.Name, ext == ".log")
-	}
+		add(parts[2], parts[1], name, ext == ".log")
+	})
 	ids := slices.Sorted(maps.Keys(cycles))
 	gb, err := gcs.New(ctx, gcs.Config{Bucket: c.GCS.Bucket, Endpoint: c.GCS.Addr, ChunkSize: cfg.UploadChunkSize()})
 	if err != nil {
