@@ -1,0 +1,96 @@
+package sink
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// MaxChunkRuns is the most region runs a chunk's file entry may list
+// (FileMeta.Regions). The consumer starts a new chunk of the same key
+// before a chunk would take one more, and readers refuse a file entry with
+// more. At most 43 bytes of JSON each, 65,536 runs keep a file entry far
+// below the streamed reader's bound on one array element (4 MiB).
+const MaxChunkRuns = 1 << 16
+
+// RegionRun is one run of a multi-region chunk: Entries consecutive entries
+// that region Region sent. It is stored as the JSON array
+// [<region id>, <entries>].
+type RegionRun struct {
+	Region  uint64
+	Entries int64
+}
+
+// MarshalJSON writes r as [region, entries].
+func (r RegionRun) MarshalJSON() ([]byte, error) {
+	return fmt.Appendf(nil, "[%d,%d]", r.Region, r.Entries), nil
+}
+
+// UnmarshalJSON reads [region, entries]: an array of exactly two
+// non-negative integers.
+func (r *RegionRun) UnmarshalJSON(b []byte) error {
+	var a []uint64
+	if err := json.Unmarshal(b, &a); err != nil {
+		return fmt.Errorf("region run %s: want [region id, entries]: %w", b, err)
+	}
+	if len(a) != 2 {
+		return fmt.Errorf("region run %s: want [region id, entries], found %d numbers", b, len(a))
+	}
+	if a[1] > math.MaxInt64 {
+		return fmt.Errorf("region run %s: entries out of range", b)
+	}
+	r.Region, r.Entries = a[0], int64(a[1])
+	return nil
+}
+
+// EachRegion calls fn for each run of regions of the chunk, in entry
+// order: its Regions, or for a chunk of one region a single run of
+// RegionID with every entry. A reader that keys entries by region takes
+// the first run's entries from the first entries of the chunk, and so on.
+func (f *FileMeta) EachRegion(fn func(region uint64, entries int64)) {
+	if f.Regions == nil {
+		fn(f.RegionID, f.NumberOfEntries)
+		return
+	}
+	for _, r := range f.Regions {
+		fn(r.Region, r.Entries)
+	}
+}
+
+// validateRegions checks a file's region runs (docs/FORMAT.md, "Meta
+// objects, version 2"): only in a version 2 meta; region_id 0 beside them;
+// at least two runs and at most MaxChunkRuns, each of at least one entry
+// and of another region than the run before; as many entries as the chunk
+// holds. A chunk of one region lists no runs: its region_id says it.
+func (f *FileMeta) validateRegions(version int) error {
+	if f.Regions == nil {
+		return nil
+	}
+	switch {
+	case version != MetaVersion2:
+		return errors.New("regions in a version 1 meta")
+	case f.RegionID != 0:
+		return fmt.Errorf("regions beside region_id %d: a chunk of several regions has region_id 0", f.RegionID)
+	case len(f.Regions) < 2:
+		return fmt.Errorf("regions with %d run(s): a chunk of one region has its region_id and no regions", len(f.Regions))
+	case len(f.Regions) > MaxChunkRuns:
+		return fmt.Errorf("%d region runs, more than %d", len(f.Regions), MaxChunkRuns)
+	}
+	var sum int64
+	for i, r := range f.Regions {
+		switch {
+		case r.Entries < 1:
+			return fmt.Errorf("regions[%d]: region %d with %d entries, want at least 1", i, r.Region, r.Entries)
+		case i > 0 && r.Region == f.Regions[i-1].Region:
+			return fmt.Errorf("regions[%d]: region %d right after a run of itself", i, r.Region)
+		case r.Entries > f.NumberOfEntries-sum:
+			return fmt.Errorf("regions hold more entries than number_of_entries %d", f.NumberOfEntries)
+		}
+		sum += r.Entries
+	}
+	if sum != f.NumberOfEntries {
+		return fmt.Errorf("regions hold %d entries, number_of_entries is %d", sum, f.NumberOfEntries)
+	}
+	return nil
+}
