@@ -30,7 +30,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 	// Regions of table 1's entries, in order, and where the files split:
 	// a fourth region would start a fourth run.
 	regions := []uint64{1, 1, 2, 3, 3 /**/, 4, 4, 5, 1, 1 /**/, 2, 0, 0, 7, 7, 7}
-	wantRuns := [][]sink.RegionRun{{{1, 2}, {2, 1}, {3, 2}}, {{4, 2}, {5, 1}, {1, 2}}, {{2, 1}, {0, 2}, {7, 3}}}
+	wantRuns := [][]sink.RegionRun{runsOf(1, 2, 2, 1, 3, 2), runsOf(4, 2, 5, 1, 1, 2), runsOf(2, 1, 0, 2, 7, 3)}
 	var want []byte
 	for i, region := range regions {
 		k := event.AppendDataKey(nil, event.RowKey(1, int64(i)), uint64(i+1))
@@ -135,14 +135,23 @@ func TestResolvedOfIsTheLowestOfItsRegions(t *testing.T) {
 		want uint64
 	}{
 		{"v1", &tempFile{key: fileKey{region: 3}}, 20},
-		{"v2 one region", &tempFile{key: fileKey{set: set}, runs: []sink.RegionRun{{1, 4}}}, 30},
-		{"v2 several", &tempFile{key: fileKey{set: set}, runs: []sink.RegionRun{{1, 4}, {3, 1}, {1, 2}}}, 20},
-		{"v2 lowest in the middle", &tempFile{key: fileKey{set: set}, runs: []sink.RegionRun{{1, 4}, {2, 1}, {3, 2}}}, 10},
-		{"v2 untracked region", &tempFile{key: fileKey{set: set}, runs: []sink.RegionRun{{1, 4}, {9, 1}}}, 0},
-		{"other partition", &tempFile{key: fileKey{partition: 1, set: set}, runs: []sink.RegionRun{{1, 4}}}, 0},
+		{"v2 one region", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4)}, 30},
+		{"v2 several", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 3, 1, 1, 2)}, 20},
+		{"v2 lowest in the middle", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 2, 1, 3, 2)}, 10},
+		{"v2 untracked region", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 9, 1)}, 0},
+		{"other partition", &tempFile{key: fileKey{partition: 1, set: set}, runs: runsOf(1, 4)}, 0},
 	} {
 		if got := s.resolvedOf(tc.f); got != tc.want {
 			t.Errorf("%s: resolved ts %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// runsOf are the runs of region, entries pairs.
+func runsOf(pairs ...int64) []sink.RegionRun {
+	var rs []sink.RegionRun
+	for i := 0; i+1 < len(pairs); i += 2 {
+		rs = append(rs, sink.RegionRun{Region: uint64(pairs[i]), Entries: pairs[i+1]})
+	}
+	return rs
 }
