@@ -103,15 +103,22 @@ func TestRecoverAfterFlushAll(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	const stopLine = "stopped: Redis lost this prefix's state; nothing more is committed until `consumer recover` rebuilds it and the consumer restarts"
 	for _, p := range cons {
 		recoverWaitStopped(t, p)
+		// /readyz reports the loss as soon as the consumer notes it; the
+		// log line follows when its session has ended.
+		waitForOrStop(t, 30*time.Second, func() (bool, string, error) {
+			n := len(crashLogLines(p, 0, stopLine))
+			return n > 0, fmt.Sprintf("%s has not logged the stop yet", p.name), nil
+		})
 	}
+	load.Wait(t)
 	for _, p := range cons {
-		if n := len(crashLogLines(p, 0, "stopped: Redis lost this prefix's state; nothing more is committed until `consumer recover` rebuilds it and the consumer restarts")); n != 1 {
+		if n := len(crashLogLines(p, 0, stopLine)); n != 1 {
 			t.Errorf("%s logged the stop %d times, want once", p.name, n)
 		}
 	}
-	load.Wait(t)
 	if keys, err := rdb.Keys(ctx, "*").Result(); err != nil || len(keys) != 0 {
 		t.Fatalf("Redis holds keys %q after the replicas stopped (%v): they wrote to the flushed Redis", keys, err)
 	}

@@ -2,9 +2,11 @@ package sink
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"sync"
 )
 
 // TruncateKeepDefault says why PlanTruncate keeps a meta whose events are
@@ -79,29 +81,107 @@ type MetaSummary struct {
 // nothing acting on the result touches objects outside the flow. Memory is
 // that of the summaries, not of the metas.
 func ReadMetaSummaries(ctx context.Context, b Bucket, f Flow, paths []string, ts uint64, parallel int) ([]MetaSummary, error) {
-	out := make([]MetaSummary, len(paths))
-	err := forEach(ctx, len(paths), parallel, func(ctx context.Context, i int) error {
-		s := MetaSummary{Path: paths[i], MinBeginAfter: math.MaxUint64}
-		tables := map[int64]bool{}
-		size, err := streamFlowMeta(ctx, b, f, paths[i], false, func(m *Meta) error {
-			s.Version, s.DataPath = m.Version, m.DataPath
-			return nil
-		}, func(_ *Meta, _ int, fm *FileMeta) error {
-			s.file(fm, ts, tables)
-			return nil
-		})
-		if err != nil {
-			return err
+	r := ReadSharedMetaSummaries(ctx, b, []SummaryRequest{{Flow: f, Paths: paths, TS: ts}}, parallel)[0]
+	return r.Summaries, r.Err
+}
+
+// SummaryRequest asks ReadSharedMetaSummaries for the summaries of the
+// listed metas Paths of flow Flow, for TS.
+type SummaryRequest struct {
+	Flow  Flow
+	Paths []string
+	TS    uint64
+}
+
+// SummaryResult is what ReadSharedMetaSummaries found for one request: a
+// summary for each of its paths, in their order, or the first error that
+// kept one of them from being read (a meta that does not decode, or is not
+// the flow's).
+type SummaryResult struct {
+	Summaries []MetaSummary
+	Err       error
+}
+
+// ReadSharedMetaSummaries is ReadMetaSummaries for several flows at once. A
+// layout v2 meta is shared by the flows it serves: it is read once for
+// every request that lists it, not once per flow, so that summarising 300
+// flows of one backup reads each meta once. The result has one entry per
+// request; an error of one request does not stop the others.
+func ReadSharedMetaSummaries(ctx context.Context, b Bucket, reqs []SummaryRequest, parallel int) []SummaryResult {
+	type lister struct{ req, idx int }
+	out := make([]SummaryResult, len(reqs))
+	byPath := map[string][]lister{}
+	var paths []string
+	for r, q := range reqs {
+		out[r].Summaries = make([]MetaSummary, len(q.Paths))
+		for i, p := range q.Paths {
+			if _, ok := byPath[p]; !ok {
+				paths = append(paths, p)
+			}
+			byPath[p] = append(byPath[p], lister{r, i})
 		}
-		s.Size = size
-		s.Tables = slices.Sorted(maps.Keys(tables))
-		out[i] = s
+	}
+	var mu sync.Mutex
+	fail := func(req int, err error) {
+		mu.Lock()
+		if out[req].Err == nil {
+			out[req].Err = err
+		}
+		mu.Unlock()
+	}
+	err := forEach(ctx, len(paths), parallel, func(ctx context.Context, i int) error {
+		path, ls := paths[i], byPath[paths[i]]
+		sums := make([]MetaSummary, len(ls))
+		tables := make([]map[int64]bool, len(ls))
+		refused := make([]error, len(ls))
+		var hdr *Meta
+		_, _, size, err := streamMeta(ctx, b, path, metaParts{}, metaVisitor{
+			header: func(m *Meta) error {
+				hdr = m
+				for j, l := range ls {
+					if err := reqs[l.req].Flow.check(m); err != nil {
+						refused[j] = &badMetaError{path: path, err: fmt.Errorf("refused: %w", err)}
+						continue
+					}
+					sums[j] = MetaSummary{Path: path, Version: m.Version, DataPath: m.DataPath, MinBeginAfter: math.MaxUint64}
+					tables[j] = map[int64]bool{}
+				}
+				return nil
+			},
+			file: func(_ int, fm *FileMeta) error {
+				for j, l := range ls {
+					if refused[j] == nil && hdr.Holds(reqs[l.req].Flow.ID, fm) {
+						sums[j].file(fm, reqs[l.req].TS, tables[j])
+					}
+				}
+				return nil
+			},
+		})
+		for j, l := range ls {
+			switch {
+			case err != nil:
+				fail(l.req, err)
+			case refused[j] != nil:
+				fail(l.req, refused[j])
+			default:
+				sums[j].Size = size
+				sums[j].Tables = slices.Sorted(maps.Keys(tables[j]))
+				out[l.req].Summaries[l.idx] = sums[j]
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		for r := range out {
+			fail(r, err)
+		}
 	}
-	return out, nil
+	for r := range out {
+		if out[r].Err != nil {
+			out[r].Summaries = nil
+		}
+	}
+	return out
 }
 
 // file adds a chunk of the flow to the summary.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -121,4 +122,47 @@ func v2Metas(t *testing.T, b sink.Bucket, metas [][]sink.FileMeta) []string {
 		paths = append(paths, p)
 	}
 	return paths
+}
+
+// TestReadSharedMetaSummaries: the flows of a layout v2 backup share their
+// metas, and summarising them together reads each meta once, with the
+// same summaries as reading each flow alone; a request refused for a meta
+// that is not its flow's fails alone.
+func TestReadSharedMetaSummaries(t *testing.T) {
+	ctx := context.Background()
+	file := func(cf string, minTS, maxTS uint64) sink.FileMeta {
+		return sink.FileMeta{CF: cf, Op: "put", MinTS: minTS, MaxTS: maxTS, MinBeginTSInDefaultCF: minTS, NumberOfEntries: 1, Length: 10,
+			RawLength: 10, Compression: sink.CompressionNone, SHA256: strings.Repeat("0", 64)}
+	}
+	mem := sink.NewMemBucket()
+	shared := v2Metas(t, mem, [][]sink.FileMeta{{file("write", 10, 20)}, {file("default", 30, 40), file("write", 50, 60)}, {file("write", 90, 150)}})
+	own := v1Metas(t, mem, [][]sink.FileMeta{{file("write", 1, 5)}})
+	flow := func(id uint32, name string) sink.Flow { return sink.Flow{Catalog: "default", Name: name, ID: id} }
+	reqs := []sink.SummaryRequest{
+		{Flow: flow(1, "a"), Paths: append(slices.Clone(own), shared...), TS: 30},
+		{Flow: flow(2, "b"), Paths: shared, TS: 100},
+		{Flow: flow(3, "c"), Paths: shared[:1], TS: 0},
+	}
+	b := newCountingBucket(mem)
+	res := sink.ReadSharedMetaSummaries(ctx, b, reqs, 4)
+	for _, p := range append(slices.Clone(own), shared...) {
+		if b.gets[p] != 1 {
+			t.Errorf("%s read %d times, want once", p, b.gets[p])
+		}
+	}
+	for i, q := range reqs[:2] {
+		want, err := sink.ReadMetaSummaries(ctx, mem, q.Flow, q.Paths, q.TS, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[i].Err != nil || fmt.Sprint(res[i].Summaries) != fmt.Sprint(want) {
+			t.Errorf("flow %d: %v, %v; read alone: %v", q.Flow.ID, res[i].Summaries, res[i].Err, want)
+		}
+	}
+	if len(res[0].Summaries) != 4 || res[0].Summaries[3].LogBytesAfter != 10 || res[1].Summaries[1].LogBytesAfter != 20 {
+		t.Errorf("log bytes after: flow 1 %v, flow 2 %v", res[0].Summaries, res[1].Summaries)
+	}
+	if res[2].Err == nil || !strings.Contains(res[2].Err.Error(), "does not serve") || res[2].Summaries != nil {
+		t.Errorf("flow 3, which no meta serves: %v, %v; want a refusal", res[2].Summaries, res[2].Err)
+	}
 }

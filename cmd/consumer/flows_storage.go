@@ -34,8 +34,9 @@ func retentionState(ctx context.Context, st *meta.Store, row *flowRow) error {
 // the listed chunks holding an event newer than its latest snapshot (all of
 // them without one; of a v2 meta, the flow's chunks), what a restore at the
 // checkpoint still reads from the log. It opens the bucket and streams the
-// listed metas, parallel at most at once; if that fails, the column stays
-// unknown and a note goes to stderr.
+// listed metas, parallel at most at once, each shared meta once for all
+// the flows that list it; where that fails, the column stays unknown and a
+// note goes to stderr.
 func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []flowRow, parallel int) {
 	if len(rows) == 0 {
 		return
@@ -48,26 +49,35 @@ func addLogBytes(ctx context.Context, conn *connConfig, st *meta.Store, rows []f
 		return
 	}
 	defer b.Close()
+	reqs := make([]sink.SummaryRequest, 0, len(rows))
+	of := make([]int, 0, len(rows)) // the row of each request
 	for i := range rows {
 		r := &rows[i]
 		refs, err := st.Metas(ctx, r.ID)
-		if err == nil {
-			paths := make([]string, len(refs))
-			for j, m := range refs {
-				paths[j] = m.Path
-			}
-			f := sink.Flow{Prefix: conn.GCS.Prefix, Catalog: r.Catalog, Name: r.Name, ID: r.ID}
-			var sums []sink.MetaSummary
-			if sums, err = sink.ReadMetaSummaries(ctx, b, f, paths, r.SnapshotTS, parallel); err == nil {
-				var n int64
-				for _, m := range sums {
-					n += m.LogBytesAfter
-				}
-				r.LogBytesAfterSnapshot = &n
-				continue
-			}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "flow %s/%s: log bytes after snapshot unknown: %v\n", r.Catalog, r.Name, err)
+			continue
 		}
-		fmt.Fprintf(os.Stderr, "flow %s/%s: log bytes after snapshot unknown: %v\n", r.Catalog, r.Name, err)
+		paths := make([]string, len(refs))
+		for j, m := range refs {
+			paths[j] = m.Path
+		}
+		reqs = append(reqs, sink.SummaryRequest{Flow: sink.Flow{Prefix: conn.GCS.Prefix, Catalog: r.Catalog, Name: r.Name, ID: r.ID},
+			Paths: paths, TS: r.SnapshotTS})
+		of = append(of, i)
+	}
+	// The flows of a layout v2 backup share their metas: each is read once.
+	for k, res := range sink.ReadSharedMetaSummaries(ctx, b, reqs, parallel) {
+		r := &rows[of[k]]
+		if res.Err != nil {
+			fmt.Fprintf(os.Stderr, "flow %s/%s: log bytes after snapshot unknown: %v\n", r.Catalog, r.Name, res.Err)
+			continue
+		}
+		var n int64
+		for _, m := range res.Summaries {
+			n += m.LogBytesAfter
+		}
+		r.LogBytesAfterSnapshot = &n
 	}
 }
 
