@@ -1,10 +1,11 @@
 package sink
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // MaxChunkRuns is the most region runs a chunk's file entry may list
@@ -24,23 +25,45 @@ type RegionRun struct {
 
 // MarshalJSON writes r as [region, entries].
 func (r RegionRun) MarshalJSON() ([]byte, error) {
-	return fmt.Appendf(nil, "[%d,%d]", r.Region, r.Entries), nil
+	b := make([]byte, 0, 44)
+	b = append(b, '[')
+	b = strconv.AppendUint(b, r.Region, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, r.Entries, 10)
+	return append(b, ']'), nil
 }
 
 // UnmarshalJSON reads [region, entries]: an array of exactly two
-// non-negative integers.
+// non-negative integers, entries at most MaxInt64. (The decoder hands it
+// syntactically valid JSON: a value of digits alone is an integer.)
 func (r *RegionRun) UnmarshalJSON(b []byte) error {
-	var a []uint64
-	if err := json.Unmarshal(b, &a); err != nil {
-		return fmt.Errorf("region run %s: want [region id, entries]: %w", b, err)
+	bad := func(why string) error {
+		return fmt.Errorf("region run %.40s: want [region id, entries]: %s", b, why)
 	}
-	if len(a) != 2 {
-		return fmt.Errorf("region run %s: want [region id, entries], found %d numbers", b, len(a))
+	in := bytes.TrimSpace(b)
+	if len(in) < 2 || in[0] != '[' || in[len(in)-1] != ']' {
+		return bad("not an array")
 	}
-	if a[1] > math.MaxInt64 {
-		return fmt.Errorf("region run %s: entries out of range", b)
+	parts := bytes.Split(in[1:len(in)-1], []byte(","))
+	if len(parts) != 2 {
+		return bad(fmt.Sprintf("%d elements", len(parts)))
 	}
-	r.Region, r.Entries = a[0], int64(a[1])
+	var v [2]uint64
+	for i, p := range parts {
+		p = bytes.TrimSpace(p)
+		if len(p) == 0 || bytes.IndexFunc(p, func(c rune) bool { return c < '0' || c > '9' }) >= 0 {
+			return bad("not a non-negative integer")
+		}
+		n, err := strconv.ParseUint(string(p), 10, 64)
+		if err != nil {
+			return bad("out of range")
+		}
+		v[i] = n
+	}
+	if v[1] > math.MaxInt64 {
+		return bad("entries out of range")
+	}
+	r.Region, r.Entries = v[0], int64(v[1])
 	return nil
 }
 

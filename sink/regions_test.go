@@ -139,6 +139,19 @@ func TestRegionRunsInvalid(t *testing.T) {
 	}
 }
 
+// Runs decode with whitespace, as any JSON.
+func TestRegionRunsWhitespace(t *testing.T) {
+	raw, err := EncodeMeta(multiRegionMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = bytes.Replace(raw, []byte(`[[7,2],[0,3],[7,1]]`), []byte("[ [ 7 , 2 ] ,\n[0,3],[7,\t1]]"), 1)
+	m, err := DecodeMeta(raw)
+	if err != nil || !reflect.DeepEqual(m.Files[0].Regions, []RegionRun{{7, 2}, {0, 3}, {7, 1}}) {
+		t.Fatalf("DecodeMeta with whitespace in runs: %v, %v", err, m.Files)
+	}
+}
+
 // An empty list of runs is a list of runs: present, it is refused.
 func TestRegionRunsEmptyList(t *testing.T) {
 	raw, err := EncodeMeta(multiRegionMeta())
