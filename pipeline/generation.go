@@ -35,6 +35,7 @@ type generation struct {
 	// splits is, for a layout v2 key whose file filled up with region runs,
 	// the split of the file it goes on in (regionFile).
 	splits map[fileKey]uint32
+	runs   int // region runs of its files (cycleFull)
 
 	pending  []*tempFile // files with full buffers queued (spill.go)
 	npending int         // buffers queued
@@ -149,6 +150,7 @@ func (g *generation) forget(t *tempFile) {
 	}
 	g.mem -= t.mem()
 	g.raw -= t.raw
+	g.runs -= len(t.runs)
 	if g.last == t {
 		g.last = nil
 	}

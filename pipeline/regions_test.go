@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/pipeline"
@@ -82,4 +85,44 @@ func restoreFiles(t *testing.T, b sink.Bucket, flow sink.Flow, metas []string, t
 		s += fmt.Sprintf("%s:\n%s", e.Name(), raw)
 	}
 	return s
+}
+
+// A cycle whose layout v2 files hold as many region runs as a meta should
+// list is frozen like one of --max-cycle-files files: events that
+// alternate between regions go into cycles of at most that many runs, with
+// no flush requested and nothing lost.
+func TestV2RegionRunsFreezeCycles(t *testing.T) {
+	const limit, records = 10, 45
+	defer pipeline.SetMaxCycleRuns(limit)()
+	r := newRig(t, 1, sink.NewMemBucket(), func(c *pipeline.Config) { c.Layout = pipeline.LayoutV2 })
+	r.start()
+	id := r.createFlow("alt", 1)
+	want := map[string]int{}
+	for i := range records {
+		b := putBatch(uint64(i%2+1), 1, int64(i)*10, 2, int64(i)*10)
+		r.produceBatch(b)
+		for _, kv := range keysOf(b) {
+			want[string(kv)] = 1
+		}
+	}
+	r.waitHandled(records)
+	r.eventually(30*time.Second, func() bool {
+		refs, err := r.store.Metas(context.Background(), id)
+		return err == nil && len(refs) >= records/limit
+	}, "cycles frozen by their region runs")
+	r.flush()
+	metas, got := r.entries(id)
+	checkOnce(t, got, want)
+	for _, m := range metas {
+		runs := 0
+		for _, f := range m.Files {
+			f.EachRegion(func(uint64, int64) { runs++ })
+		}
+		if runs > limit {
+			t.Errorf("cycle %s lists %d region runs, over the %d a cycle takes", m.CycleID, runs, limit)
+		}
+	}
+	if n := testutil.ToFloat64(r.cons.MetricCycles("files", "ok")); n < records/limit {
+		t.Errorf("%v cycles frozen by their files or runs, want at least %d", n, records/limit)
+	}
 }

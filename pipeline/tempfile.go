@@ -199,6 +199,7 @@ func (t *tempFile) countRegion(region uint64) {
 	t.runs = append(t.runs, sink.RegionRun{Region: region, Entries: 1})
 	if t.g != nil {
 		t.g.mem += int64(cap(t.runs)-before) * runSize
+		t.g.runs++
 	}
 }
 
