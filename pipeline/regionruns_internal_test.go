@@ -30,7 +30,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 	// Regions of table 1's entries, in order, and where the files split:
 	// a fourth region would start a fourth run.
 	regions := []uint64{1, 1, 2, 3, 3 /**/, 4, 4, 5, 1, 1 /**/, 2, 0, 0, 7, 7, 7}
-	wantRuns := [][]sink.RegionRun{runsOf(1, 2, 2, 1, 3, 2), runsOf(4, 2, 5, 1, 1, 2), runsOf(2, 1, 0, 2, 7, 3)}
+	wantRuns := []sink.RegionRuns{runsOf(1, 2, 2, 1, 3, 2), runsOf(4, 2, 5, 1, 1, 2), runsOf(2, 1, 0, 2, 7, 3)}
 	var want []byte
 	for i, region := range regions {
 		k := event.AppendDataKey(nil, event.RowKey(1, int64(i)), uint64(i+1))
@@ -58,7 +58,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 	}
 	sortFiles(files)
 	var got []byte
-	var runs [][]sink.RegionRun
+	var runs []sink.RegionRuns
 	var metas []sink.FileMeta
 	var off int64
 	for _, f := range files {
@@ -148,8 +148,8 @@ func TestResolvedOfIsTheLowestOfItsRegions(t *testing.T) {
 }
 
 // runsOf are the runs of region, entries pairs.
-func runsOf(pairs ...int64) []sink.RegionRun {
-	var rs []sink.RegionRun
+func runsOf(pairs ...int64) sink.RegionRuns {
+	var rs sink.RegionRuns
 	for i := 0; i+1 < len(pairs); i += 2 {
 		rs = append(rs, sink.RegionRun{Region: uint64(pairs[i]), Entries: pairs[i+1]})
 	}

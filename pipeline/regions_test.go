@@ -49,7 +49,7 @@ func TestV2TwoRegionsOneChunk(t *testing.T) {
 		files = append(files, m.Files...)
 		paths = append(paths, refs[i].Path)
 	}
-	wantRuns := []sink.RegionRun{{Region: 1, Entries: 4}, {Region: 2, Entries: 3}, {Region: 1, Entries: 2}}
+	wantRuns := sink.RegionRuns{{Region: 1, Entries: 4}, {Region: 2, Entries: 3}, {Region: 1, Entries: 2}}
 	if len(files) != 1 || files[0].RegionID != 0 || !reflect.DeepEqual(files[0].Regions, wantRuns) {
 		t.Fatalf("chunks %+v, want one of regions %v", files, wantRuns)
 	}

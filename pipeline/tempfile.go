@@ -159,7 +159,7 @@ type tempFile struct {
 	sum            string // hex sha256, set by seal
 	// runs are the regions of a layout v2 file's entries, in entry order:
 	// each run the region of that many consecutive entries (countRegion).
-	runs []sink.RegionRun
+	runs sink.RegionRuns
 }
 
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {

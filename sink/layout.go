@@ -244,11 +244,11 @@ type FileMeta struct {
 	// entries of several (docs/FORMAT.md, "Meta objects, version 2"): in
 	// entry order, each run the region of that many consecutive entries.
 	// Absent for a chunk of one region. Use EachRegion to read either.
-	Regions   []RegionRun `json:"regions,omitempty"`
-	CF        string      `json:"cf"` // "default" or "write"
-	Op        string      `json:"op"` // "put" or "delete"
-	IsMeta    bool        `json:"is_meta"`
-	Partition int32       `json:"partition"`
+	Regions   RegionRuns `json:"regions,omitempty"`
+	CF        string     `json:"cf"` // "default" or "write"
+	Op        string     `json:"op"` // "put" or "delete"
+	IsMeta    bool       `json:"is_meta"`
+	Partition int32      `json:"partition"`
 	// FlowIDs are the flows that routed the chunk's entries, ascending
 	// (version 2 only): a table several flows cover is stored once.
 	FlowIDs []uint32 `json:"flow_ids,omitempty"`

@@ -23,14 +23,35 @@ type RegionRun struct {
 	Entries int64
 }
 
+// RegionRuns are the runs of a multi-region chunk, in entry order.
+type RegionRuns []RegionRun
+
+// MarshalJSON writes the runs as an array of [region, entries] pairs, all
+// at once: a cycle's meta may list a million of them.
+func (rs RegionRuns) MarshalJSON() ([]byte, error) {
+	if rs == nil {
+		return []byte("null"), nil
+	}
+	b := make([]byte, 0, 2+len(rs)*16)
+	b = append(b, '[')
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = r.appendJSON(b)
+	}
+	return append(b, ']'), nil
+}
+
 // MarshalJSON writes r as [region, entries].
-func (r RegionRun) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 44)
+func (r RegionRun) MarshalJSON() ([]byte, error) { return r.appendJSON(make([]byte, 0, 44)), nil }
+
+func (r RegionRun) appendJSON(b []byte) []byte {
 	b = append(b, '[')
 	b = strconv.AppendUint(b, r.Region, 10)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, r.Entries, 10)
-	return append(b, ']'), nil
+	return append(b, ']')
 }
 
 // UnmarshalJSON reads [region, entries]: an array of exactly two

@@ -28,7 +28,7 @@ func TestRegionRunsRoundTrip(t *testing.T) {
 	if !bytes.Contains(raw, []byte(`"region_id":0,"regions":[[7,2],[0,3],[7,1]]`)) {
 		t.Errorf("encoded runs not as documented: %s", raw)
 	}
-	want := []RegionRun{{7, 2}, {0, 3}, {7, 1}}
+	want := RegionRuns{{7, 2}, {0, 3}, {7, 1}}
 	m, err := DecodeMeta(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestRegionRunsRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(m.Files[0].Regions, want) || !reflect.DeepEqual(s.Files[0].Regions, want) {
 		t.Errorf("decoded runs %v, streamed %v, want %v", m.Files[0].Regions, s.Files[0].Regions, want)
 	}
-	var got []RegionRun
+	var got RegionRuns
 	m.Files[0].EachRegion(func(r uint64, n int64) { got = append(got, RegionRun{r, n}) })
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("EachRegion gave %v, want %v", got, want)
@@ -59,7 +59,7 @@ func TestRegionRunsRoundTrip(t *testing.T) {
 	}
 	got = nil
 	d.Files[0].EachRegion(func(r uint64, n int64) { got = append(got, RegionRun{r, n}) })
-	if !reflect.DeepEqual(got, []RegionRun{{1, 1}}) {
+	if !reflect.DeepEqual(got, RegionRuns{{1, 1}}) {
 		t.Errorf("EachRegion of a one-region chunk gave %v, want [{1 1}]", got)
 	}
 }
@@ -147,7 +147,7 @@ func TestRegionRunsWhitespace(t *testing.T) {
 	}
 	raw = bytes.Replace(raw, []byte(`[[7,2],[0,3],[7,1]]`), []byte("[ [ 7 , 2 ] ,\n[0,3],[7,\t1]]"), 1)
 	m, err := DecodeMeta(raw)
-	if err != nil || !reflect.DeepEqual(m.Files[0].Regions, []RegionRun{{7, 2}, {0, 3}, {7, 1}}) {
+	if err != nil || !reflect.DeepEqual(m.Files[0].Regions, RegionRuns{{7, 2}, {0, 3}, {7, 1}}) {
 		t.Fatalf("DecodeMeta with whitespace in runs: %v, %v", err, m.Files)
 	}
 }
