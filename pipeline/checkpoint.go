@@ -36,7 +36,8 @@ import (
 //     past the clock plus --max-clock-skew): layout v1 with every flow's
 //     checkpoint_ts in one transaction; layout v2 alone, in a transaction of
 //     one key, since every live flow's effective checkpoint is at least the
-//     global one (meta/checkpoint.go; docs/FORMAT.md, "Checkpoint rule").
+//     global one (meta/checkpoint.go; docs/FORMAT.md, "Effective
+//     checkpoint").
 //     The first layout v2 advance of a session moves every flow's
 //     checkpoint_ts too, once: that replaces a stored one past the clock
 //     bound, which an effective checkpoint would otherwise keep.
