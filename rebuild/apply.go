@@ -16,6 +16,9 @@ func (p *Plan) State() (meta.Recovered, error) {
 		f := meta.RecoveredFlow{ID: meta.FlowID(c.FlowID), Dropped: c.Dropped, TruncatedBefore: c.TruncatedBefore,
 			CoverageSeq: c.CoverageSeq, Windows: map[uint32]meta.Window{}, CheckpointTS: c.CheckpointTS}
 		switch ts, ok := p.FlowCheckpoints[c.FlowID]; {
+		case c.Dropped && c.CheckpointTS != 0:
+			// A dropped flow keeps the checkpoint its drop recorded: its
+			// data stop there (docs/FORMAT.md, "Redis keys", catalog:rev).
 		case p.CheckpointPath != "":
 			f.CheckpointTS = p.Checkpoint
 		case ok:
