@@ -88,8 +88,8 @@ func Resolve(ctx context.Context, src Source, l Lookup) (Flow, error) {
 	return f, nil
 }
 
-// flowCheckpoint returns f's global checkpoint: flow:state's while the flow
-// exists, else (dropped flow) the consumer group's checkpoint object: the
+// flowCheckpoint returns f's checkpoint: FlowState's while the flow exists
+// (the effective checkpoint, docs/FORMAT.md, "Effective checkpoint"), else (dropped flow) the consumer group's checkpoint object: the
 // global one of layout v2 if the prefix has it, else the flow's v1 object
 // under its catalog/name. A v1 object stops moving at the drop, unless a new
 // flow of the same name takes the path over: then it may be later than the

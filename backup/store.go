@@ -19,7 +19,8 @@ type Store interface {
 	// dropped.
 	FlowInfo(ctx context.Context, id meta.FlowID) (meta.FlowInfo, bool, error)
 	// FlowState returns a live flow's state; its CheckpointTS is the flow's
-	// global checkpoint.
+	// checkpoint (in Redis its effective checkpoint, docs/FORMAT.md,
+	// "Effective checkpoint").
 	FlowState(ctx context.Context, id meta.FlowID) (meta.FlowState, error)
 	// Metas returns the flow's committed metas in resolved-ts order. The
 	// list only grows, but for a truncate, which removes metas at or below

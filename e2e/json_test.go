@@ -228,8 +228,10 @@ func testJSONFromKcat(t *testing.T, kcat, compression string) {
 	}
 }
 
-// waitRawCheckpoint reads the flow's id and checkpoint_ts straight from the
-// Redis keys (docs/FORMAT.md, "Redis keys") until the checkpoint reaches ts.
+// waitRawCheckpoint reads the flow's id and effective checkpoint straight
+// from the Redis keys (docs/FORMAT.md, "Redis keys" and "Checkpoint rule":
+// the larger of flow:state checkpoint_ts and global_checkpoint) until the
+// checkpoint reaches ts.
 func waitRawCheckpoint(ctx context.Context, t *testing.T, rdb *redis.Client, flow string, ts uint64) uint64 {
 	t.Helper()
 	var id uint64
@@ -245,7 +247,12 @@ func waitRawCheckpoint(ctx context.Context, t *testing.T, rdb *redis.Client, flo
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return false, err.Error()
 		}
-		return v >= ts, fmt.Sprintf("flow %s checkpoint_ts %d, want >= %d", flow, v, ts)
+		g, err := rdb.Get(ctx, "flowlog:{flowlog}:global_checkpoint").Uint64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, err.Error()
+		}
+		v = max(v, g)
+		return v >= ts, fmt.Sprintf("flow %s checkpoint %d, want >= %d", flow, v, ts)
 	})
 	return id
 }

@@ -169,9 +169,10 @@ func (s *Store) catalogState(ctx context.Context, id FlowID) (CatalogState, erro
 
 // catalogHeadCmds are the replies of a catalog read's small parts.
 type catalogHeadCmds struct {
-	info, seq, tb, ckpt *redis.StringCmd
-	routes, rev         *redis.MapStringStringCmd
-	snaps, any          *redis.StringSliceCmd
+	info, seq, tb *redis.StringCmd
+	ckpt          checkpointCmds
+	routes, rev   *redis.MapStringStringCmd
+	snaps, any    *redis.StringSliceCmd
 }
 
 // queueCatalogHead queues on p the reads of a flow's catalog revision and
@@ -185,7 +186,7 @@ func (s *Store) queueCatalogHead(ctx context.Context, p redis.Pipeliner, id Flow
 		seq:    p.Get(ctx, k.CoverageSeq(id)),
 		tb:     p.Get(ctx, k.TruncatedBefore(id)),
 		snaps:  p.ZRange(ctx, k.Snapshots(id), 0, -1),
-		ckpt:   p.HGet(ctx, k.FlowState(id), "checkpoint_ts"),
+		ckpt:   k.queueCheckpoint(ctx, p, id),
 		rev:    p.HGetAll(ctx, k.CatalogRev(id)),
 		any:    p.ZRange(ctx, k.Metas(id), 0, 0),
 	}, p.LRange(ctx, k.CoveragePending(id), 0, -1)
@@ -236,7 +237,7 @@ func (s *Store) decodeCatalogHead(id FlowID, c catalogHeadCmds) (CatalogState, e
 		}
 		st.Snapshots = append(st.Snapshots, SnapshotRef{FlowID: id, TS: ts, Path: m})
 	}
-	if st.CheckpointTS, err = parseU64(k.FlowState(id)+" checkpoint_ts", ckpt); err != nil {
+	if st.CheckpointTS, err = ckpt.effective(k, id, st.Exists); err != nil {
 		return st, err
 	}
 	if !st.Exists && st.CheckpointTS == 0 {

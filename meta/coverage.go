@@ -295,17 +295,13 @@ func (s *Store) coverageTx(ctx context.Context, tx *redis.Tx, id FlowID, added, 
 	}
 	// The checkpoint only grows: one read before the MULTI may be a little
 	// old, which makes the bound PendingRemoved gives lower, never wrong.
+	// Tables are removed only from a live flow (a replace, a drop of a
+	// flow with a definition), so it is the effective checkpoint
+	// (checkpoint.go).
 	var ckpt uint64
 	if len(removed) > 0 {
-		v, err := tx.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			return nil, fmt.Errorf("hget %s: %w", k.FlowState(id), err)
-		default:
-			if ckpt, err = strconv.ParseUint(v, 10, 64); err != nil {
-				return nil, fmt.Errorf("parse %s checkpoint_ts = %q: %w", k.FlowState(id), v, err)
-			}
+		if ckpt, err = s.readCheckpoint(ctx, tx, id); err != nil {
+			return nil, err
 		}
 	}
 	seq++

@@ -3,7 +3,6 @@ package meta
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -251,7 +250,7 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 	}
 	var last []any
 	if has {
-		if last, err = lastDefinition(ctx, tx, k, id, stored, routes); err != nil {
+		if last, err = s.lastDefinition(ctx, tx, id, stored, routes); err != nil {
 			return nil, err
 		}
 	}
@@ -289,20 +288,21 @@ func (s *Store) destroyTx(ctx context.Context, tx *redis.Tx, id FlowID, info Flo
 }
 
 // lastDefinition is what a drop keeps of flow id in catalog:rev:<id>, as
-// HSET arguments: its stored info, routes and checkpoint_ts, so that its
-// catalog still names and describes it.
-func lastDefinition(ctx context.Context, tx *redis.Tx, k Keys, id FlowID, stored string, routes map[uint32]Route) ([]any, error) {
+// HSET arguments: its stored info, routes and effective checkpoint (the one
+// value it keeps from now on, checkpoint.go), so that its catalog still
+// names and describes it.
+func (s *Store) lastDefinition(ctx context.Context, tx *redis.Tx, id FlowID, stored string, routes map[uint32]Route) ([]any, error) {
 	rb, err := json.Marshal(routes)
 	if err != nil {
 		return nil, fmt.Errorf("encode routes of flow %d: %w", id, err)
 	}
 	last := []any{"info", stored, "routes", string(rb)}
-	ck, err := tx.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result()
-	switch {
-	case err == nil:
-		last = append(last, "checkpoint_ts", ck)
-	case !errors.Is(err, redis.Nil):
-		return nil, fmt.Errorf("hget %s: %w", k.FlowState(id), err)
+	ck, err := s.readCheckpoint(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	if ck > 0 {
+		last = append(last, "checkpoint_ts", u64(ck))
 	}
 	return last, nil
 }

@@ -12,21 +12,30 @@ import (
 
 // FlowState is a flow's runtime state, the flow:state:<id> hash.
 type FlowState struct {
-	Status       string // StatusActive or StatusFatal
-	Error        string // reason of the fatal state; empty when active
-	LastFlushTS  uint64 // TSO of the last committed cycle with data of the flow
-	CheckpointTS uint64 // the flow's global checkpoint TSO
+	Status      string // StatusActive or StatusFatal
+	Error       string // reason of the fatal state; empty when active
+	LastFlushTS uint64 // TSO of the last committed cycle with data of the flow
+	// CheckpointTS is the flow's effective checkpoint (a TSO): the larger of
+	// its own checkpoint_ts and the group's global_checkpoint (see
+	// checkpoint.go; docs/FORMAT.md, "Checkpoint rule").
+	CheckpointTS uint64
 }
 
 // FlowState returns the runtime state of flow id, or ErrFlowNotFound if the
-// flow has none (it does not exist).
+// flow has none (it does not exist). Its keys, the flow's flow:info and the
+// global checkpoint are read in one MULTI, so the checkpoint is the
+// effective one of one moment.
 func (s *Store) FlowState(ctx context.Context, id FlowID) (FlowState, error) {
 	key := s.keys.FlowState(id)
 	var all *redis.MapStringStringCmd
 	var flush *redis.StringCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var live *redis.IntCmd
+	var ck checkpointCmds
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		all = p.HGetAll(ctx, key)
 		flush = p.HGet(ctx, s.keys.LastFlush(), lastFlushField(id))
+		live = p.Exists(ctx, s.keys.FlowInfo(id))
+		ck = s.keys.queueCheckpoint(ctx, p, id)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -37,10 +46,8 @@ func (s *Store) FlowState(ctx context.Context, id FlowID) (FlowState, error) {
 		return FlowState{}, fmt.Errorf("state of flow %d: %w", id, ErrFlowNotFound)
 	}
 	st := FlowState{Status: raw["status"], Error: raw["error"]}
-	if v, ok := raw["checkpoint_ts"]; ok {
-		if st.CheckpointTS, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return FlowState{}, fmt.Errorf("parse %s checkpoint_ts: %w", key, err)
-		}
+	if st.CheckpointTS, err = ck.effective(s.keys, id, live.Val() > 0); err != nil {
+		return FlowState{}, err
 	}
 	if st.LastFlushTS, err = parseLastFlush(s.keys, id, flush, raw); err != nil {
 		return FlowState{}, err
@@ -146,16 +153,35 @@ func (s *Store) setState(ctx context.Context, op string, id FlowID, write func(c
 }
 
 // GlobalCheckpoint is the string holding the checkpoint of the consumer
-// group that owns the prefix (a TSO): the one value every flow's
-// checkpoint_ts advances to, and what layout v2's global checkpoint object
-// holds.
+// group that owns the prefix (a TSO): the effective checkpoint of every
+// live flow is at least it (checkpoint.go), and layout v2's global
+// checkpoint object holds it.
 func (k Keys) GlobalCheckpoint() string { return k.base + "global_checkpoint" }
+
+// checkpointMoves reports whether a stored checkpoint (v, err as a read of
+// it returned) moves to ts: it is absent, below ts, or past ceiling.
+func checkpointMoves(v string, err error, ts, ceiling uint64) (bool, error) {
+	if errors.Is(err, redis.Nil) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	cur, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return false, err
+	}
+	return !(ts <= cur && cur <= ceiling), nil
+}
 
 // AdvanceCheckpoints is AdvanceCheckpointBelow for every flow of ids that
 // still exists and for the global checkpoint, in one transaction: a
-// checkpoint advance costs one round of reads and one MULTI however many
-// flows there are. It returns the flows whose checkpoint_ts it moved and
-// the global checkpoint after it (0: none).
+// checkpoint advance costs one round of reads and one MULTI, but WATCHes,
+// reads and may write two keys of each flow. It returns the flows whose
+// checkpoint_ts it moved and the global checkpoint after it (0: none).
+// Layout v1 advances so on every advance; layout v2 on the first of a
+// consumer session only, which replaces any checkpoint_ts past ceiling, and
+// then with AdvanceGlobalCheckpoint.
 func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceiling uint64) (advanced []FlowID, global uint64, err error) {
 	ts = min(ts, ceiling)
 	k := s.keys
@@ -164,19 +190,6 @@ func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceilin
 		watch = append(watch, k.FlowInfo(id), k.FlowState(id))
 	}
 	watch = append(watch, k.GlobalCheckpoint())
-	moves := func(v string, err error) (bool, error) {
-		if errors.Is(err, redis.Nil) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		cur, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return false, err
-		}
-		return !(ts <= cur && cur <= ceiling), nil
-	}
 	err = s.txn(ctx, "advance_checkpoints", watch, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
 		advanced, global = advanced[:0], 0
 		exists := make([]*redis.IntCmd, len(ids))
@@ -196,7 +209,8 @@ func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceilin
 			if exists[i].Val() == 0 {
 				continue
 			}
-			move, err := moves(cks[i].Result())
+			v, err := cks[i].Result()
+			move, err := checkpointMoves(v, err, ts, ceiling)
 			if err != nil {
 				return nil, fmt.Errorf("%s checkpoint_ts: %w", k.FlowState(id), err)
 			}
@@ -204,7 +218,8 @@ func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceilin
 				advanced = append(advanced, id)
 			}
 		}
-		moveGlobal, err := moves(gc.Result())
+		v, err := gc.Result()
+		moveGlobal, err := checkpointMoves(v, err, ts, ceiling)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k.GlobalCheckpoint(), err)
 		}
@@ -229,6 +244,38 @@ func (s *Store) AdvanceCheckpoints(ctx context.Context, ids []FlowID, ts, ceilin
 		return nil, 0, fmt.Errorf("advance checkpoints to %d: %w", ts, err)
 	}
 	return advanced, global, nil
+}
+
+// AdvanceGlobalCheckpoint is the checkpoint advance of layout v2: it sets
+// the global checkpoint to ts (at most ceiling) if that is larger than the
+// stored one, or if the stored one lies past ceiling, and returns the global
+// checkpoint after it. It WATCHes, reads and writes that one key however
+// many flows there are: every live flow's effective checkpoint moves with
+// it (checkpoint.go), and no flow's checkpoint_ts is written.
+func (s *Store) AdvanceGlobalCheckpoint(ctx context.Context, ts, ceiling uint64) (uint64, error) {
+	ts = min(ts, ceiling)
+	key := s.keys.GlobalCheckpoint()
+	var global uint64
+	err := s.txn(ctx, "advance_global_checkpoint", []string{key}, func(ctx context.Context, tx *redis.Tx) (func(redis.Pipeliner) error, error) {
+		v, err := tx.Get(ctx, key).Result()
+		move, err := checkpointMoves(v, err, ts, ceiling)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		if !move {
+			global, _ = strconv.ParseUint(v, 10, 64)
+			return nil, nil
+		}
+		global = ts
+		return func(p redis.Pipeliner) error {
+			p.Set(ctx, key, u64(ts), 0)
+			return nil
+		}, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("advance global checkpoint to %d: %w", ts, err)
+	}
+	return global, nil
 }
 
 // GlobalCheckpointTS returns the global checkpoint, and false if none was

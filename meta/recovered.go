@@ -27,6 +27,12 @@ type Recovered struct {
 	Coverage []CoverageReport
 	// DDL are the ddl:offset of the DDL partitions (NextOffset).
 	DDL []DDLPosition
+	// GlobalCheckpoint is the group's layout v2 checkpoint object, written
+	// to global_checkpoint when not 0: the first advance after the
+	// recovery then moves on from it, instead of from the lower value the
+	// recovered partition checkpoints may give, which would rewrite the
+	// object backwards.
+	GlobalCheckpoint uint64
 }
 
 // RecoveredFlow is one flow id's state: a live flow's definition and
@@ -181,6 +187,9 @@ func (s *Store) WriteRecovered(ctx context.Context, r Recovered) error {
 			}
 			for _, d := range r.DDL {
 				p.Set(ctx, k.DDLOffset(d.Topic, d.Partition), strconv.FormatInt(d.NextOffset, 10), 0)
+			}
+			if r.GlobalCheckpoint != 0 {
+				p.Set(ctx, k.GlobalCheckpoint(), u64(r.GlobalCheckpoint), 0)
 			}
 			// Every flow's catalog is in the bucket at the revision
 			// recovered: nothing to mark dirty on the first start.

@@ -2,11 +2,13 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/testenv"
@@ -38,7 +40,7 @@ func checkpointGauge(t *testing.T, g prometheus.Gatherer, label string) float64 
 
 // A replica whose turn it is not commits its cycles and leaves the
 // checkpoint advance to the member holding the turn: it shows the global
-// checkpoint Redis holds and moves no flow's checkpoint. Once the turn is
+// checkpoint Redis holds and moves no checkpoint. Once the turn is
 // free it takes it and advances.
 func TestAdvanceTurnHeldElsewhere(t *testing.T) {
 	r := newRig(t, 1, sink.NewMemBucket(), func(c *pipeline.Config) { c.FlushInterval = 200 * time.Millisecond })
@@ -66,8 +68,16 @@ func TestAdvanceTurnHeldElsewhere(t *testing.T) {
 	r.eventually(30*time.Second, func() bool {
 		return checkpointGauge(t, r.prom, "default/turn") == float64(ts(1500))
 	}, "the gauge showing the holder's global checkpoint")
-	if st, err := r.store.FlowState(ctx, id); err != nil || st.CheckpointTS != 0 {
-		t.Fatalf("flow state = %+v, %v; want no checkpoint while another replica holds the turn", st, err)
+	// This replica wrote no checkpoint: the flow's own checkpoint_ts is
+	// unset and its effective checkpoint is the holder's global one.
+	if v, err := rdb.HGet(ctx, k.FlowState(id), "checkpoint_ts").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("flow:state checkpoint_ts = %q, %v; want none while another replica holds the turn", v, err)
+	}
+	if g, err := rdb.Get(ctx, k.GlobalCheckpoint()).Uint64(); err != nil || g != ts(1500) {
+		t.Fatalf("global_checkpoint = %d, %v; want the holder's %d", g, err, ts(1500))
+	}
+	if st, err := r.store.FlowState(ctx, id); err != nil || st.CheckpointTS != ts(1500) {
+		t.Fatalf("flow state = %+v, %v; want the holder's global checkpoint %d", st, err, ts(1500))
 	}
 
 	if err := rdb.Del(ctx, k.AdvanceTurn()).Err(); err != nil {

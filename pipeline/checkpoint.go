@@ -32,8 +32,15 @@ import (
 //     could leave a window open that a partition had already closed below
 //     G, and a restore at G would claim the table's events after it. If
 //     finalisation fails, nothing advances.
-//  3. Advance every flow's checkpoint_ts and the global checkpoint in Redis
-//     to G (never backwards, never past the clock plus --max-clock-skew).
+//  3. Advance the global checkpoint in Redis to G (never backwards, never
+//     past the clock plus --max-clock-skew): layout v1 with every flow's
+//     checkpoint_ts in one transaction; layout v2 alone, in a transaction of
+//     one key, since every live flow's effective checkpoint is at least the
+//     global one (meta/checkpoint.go; docs/FORMAT.md, "Effective
+//     checkpoint").
+//     The first layout v2 advance of a session moves every flow's
+//     checkpoint_ts too, once: that replaces a stored one past the clock
+//     bound, which an effective checkpoint would otherwise keep.
 //  4. Layout v2: upload the catalogs of the flows whose catalog content
 //     changed (the windows of step 2, say). If one fails, step 5 waits for
 //     the next advance: the checkpoint object never claims more than the
@@ -44,10 +51,12 @@ import (
 // Only the replica holding the advance turn (meta.Store.TakeAdvanceTurn,
 // held for advanceTurnTTL) runs these steps; the others take the global
 // checkpoint Redis holds for their gauges. Their cost is a read of every
-// partition's checkpoint, the finalisation and a transaction over every
-// flow, so run after each commit of each of N replicas they grew with N
-// times the flows, and the replicas' advances made one another retry
-// (docs/SIZING.md, "Replicas and Redis").
+// partition's checkpoint, the finalisation and the transaction of step 3
+// (over every flow in layout v1), so run after each commit of each of N
+// replicas they grew with N times the flows, and the replicas' advances
+// made one another retry (docs/SIZING.md, "Replicas and Redis"). In layout
+// v2 an advance costs the same whatever the number of idle flows
+// (docs/SIZING.md, "Cost curves").
 func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	c := f.c
 	turn, err := c.d.Store.TakeAdvanceTurn(ctx, c.cfg.StoreID, advanceTurnTTL)
@@ -93,11 +102,18 @@ func (f *flusher) advanceCheckpoint(ctx context.Context) error {
 	// caps what a version that took any ts left in ckpt:<topic>:<p>.
 	bound := event.MaxTS(time.Now(), c.cfg.MaxClockSkew)
 	flows := c.d.Registry.Flows()
-	ids := make([]meta.FlowID, len(flows))
-	for i, fl := range flows {
-		ids[i] = fl.ID
+	var advanced []meta.FlowID
+	var ck uint64
+	if c.cfg.v2() && f.flowCkptsDone {
+		ck, err = c.d.Store.AdvanceGlobalCheckpoint(ctx, global, bound)
+	} else {
+		ids := make([]meta.FlowID, len(flows))
+		for i, fl := range flows {
+			ids[i] = fl.ID
+		}
+		advanced, ck, err = c.d.Store.AdvanceCheckpoints(ctx, ids, global, bound)
+		f.flowCkptsDone = err == nil
 	}
-	advanced, ck, err := c.d.Store.AdvanceCheckpoints(ctx, ids, global, bound)
 	if err != nil {
 		return err
 	}

@@ -44,10 +44,12 @@ type flusher struct {
 	// failing is the cycle being retried, while it is.
 	failing failingCycle
 	// ckptWritten is the value this flusher last wrote to the layout v2
-	// global checkpoint object, and catalogsInit whether it made the flows
-	// of an older version dirty (advanceCheckpoint's goroutine only).
-	ckptWritten  uint64
-	catalogsInit bool
+	// global checkpoint object, catalogsInit whether it made the flows of
+	// an older version dirty, and flowCkptsDone whether one advance of its
+	// moved every flow's checkpoint_ts (advanceCheckpoint's goroutine only).
+	ckptWritten   uint64
+	catalogsInit  bool
+	flowCkptsDone bool
 }
 
 // failingCycle is a cycle whose attempts keep failing.

@@ -12,6 +12,9 @@ import (
 // State translates the plan into the Redis state it writes.
 func (p *Plan) State() (meta.Recovered, error) {
 	r := meta.Recovered{Group: p.Group, FlowSeq: meta.FlowID(p.FlowSeq)}
+	if p.CheckpointPath != "" {
+		r.GlobalCheckpoint = p.Checkpoint
+	}
 	for _, c := range p.Catalogs {
 		f := meta.RecoveredFlow{ID: meta.FlowID(c.FlowID), Dropped: c.Dropped, TruncatedBefore: c.TruncatedBefore,
 			CoverageSeq: c.CoverageSeq, Windows: map[uint32]meta.Window{}, CheckpointTS: c.CheckpointTS}

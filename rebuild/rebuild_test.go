@@ -281,6 +281,13 @@ func TestRecoverRebuildsRedis(t *testing.T) {
 		t.Errorf("catalog:init = %q, want 1", got["catalog:init"])
 	}
 	delete(got, "catalog:init")
+	// global_checkpoint is the checkpoint object's value (this test's
+	// cycles wrote the object, not the key, as a consumer would both).
+	if want := strconv.FormatUint(plan.Checkpoint, 10); plan.Checkpoint == 0 || got["global_checkpoint"] != want {
+		t.Errorf("global_checkpoint = %q, want the checkpoint object's %s", got["global_checkpoint"], want)
+	}
+	delete(got, "global_checkpoint")
+	delete(before, "global_checkpoint")
 	delete(got, "offset:"+apply+":1")
 	delete(got, "maxts:"+apply+":1")
 	delete(before, "offset:"+apply+":1")
