@@ -66,10 +66,20 @@ func raiseFileLimit() (uint64, error) {
 // cycleFull reports whether the current generation has reached
 // --max-cycle-files: its files' bookkeeping (fileOverhead each) and the
 // chunks of its data and meta objects grow with their number, however few
-// bytes they hold.
+// bytes they hold. Or maxCycleRuns region runs in its layout v2 files: each
+// is a pair in its chunk's file entry (docs/FORMAT.md, "Meta objects,
+// version 2"), up to 43 bytes of the meta, and a cycle of events that
+// alternate between regions would otherwise take a run for nearly every
+// event.
 func (s *session) cycleFull() bool {
-	return len(s.gen.files) >= s.c.cfg.MaxCycleFiles
+	return len(s.gen.files) >= s.c.cfg.MaxCycleFiles || s.gen.runs >= maxCycleRuns
 }
+
+// maxCycleRuns is the most region runs the files of a cycle hold: 1,048,576
+// runs are at most 43 MiB of the meta, which with --max-cycle-files file
+// entries stays below the 64 MiB a meta may be. A variable so that a test
+// can lower it.
+var maxCycleRuns = 1 << 20
 
 // sizeReached is the size trigger: the current generation has reached
 // --flush-size, or alone fills --max-temp-bytes. Raw runs count against

@@ -15,9 +15,11 @@ import (
 // Building a cycle's objects (docs/FORMAT.md, "Data objects and chunks",
 // "Meta objects", "Layout v2"). The chunks of a data object are its temp
 // files in key order: partition, table, region, cf, op, is_meta, and in
-// layout v2 the flow set. The meta lists them at their offsets, with the
-// cycle's Kafka offset ranges; a layout v2 meta also names its flows and
-// carries what the cycle's commit writes of the partitions and coverage.
+// layout v2 (whose keys have no region) the flow set, then the split of a
+// key whose region runs filled a file. The meta lists them at their
+// offsets, with the cycle's Kafka offset ranges; a layout v2 meta also
+// names its flows and carries what the cycle's commit writes of the
+// partitions and coverage.
 
 // groupByFlow lays out a layout v1 cycle: one upload per flow, by flow id.
 func groupByFlow(files []*tempFile) (uploads []*upload, flows []*meta.Flow) {
@@ -68,7 +70,7 @@ func sortFiles(files []*tempFile) {
 		return cmp.Or(
 			cmp.Compare(ka.partition, kb.partition), cmp.Compare(ka.table, kb.table),
 			cmp.Compare(ka.region, kb.region), cmp.Compare(ka.cf, kb.cf), cmp.Compare(ka.op, kb.op),
-			boolCmp(ka.isMeta, kb.isMeta), setCmp(ka.set, kb.set))
+			boolCmp(ka.isMeta, kb.isMeta), setCmp(ka.set, kb.set), cmp.Compare(ka.split, kb.split))
 	})
 }
 
@@ -160,6 +162,15 @@ func fileMeta(tf *tempFile, off int64) sink.FileMeta {
 	}
 	if tf.key.set != nil {
 		fm.FlowIDs = tf.key.set.IDs // ascending, and never changed
+		// A chunk of one region says it in region_id, as before chunks
+		// held several; one of several lists their runs, region_id 0.
+		switch len(tf.runs) {
+		case 0:
+		case 1:
+			fm.RegionID = tf.runs[0].Region
+		default:
+			fm.Regions = tf.runs
+		}
 	}
 	return fm
 }

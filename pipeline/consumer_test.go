@@ -62,8 +62,27 @@ func TestFlush133RegionsInOneCycle(t *testing.T) {
 	if len(metas) != 1 {
 		t.Fatalf("got %d metas, want 1 (one cycle)", len(metas))
 	}
-	if n := len(metas[0].Files); n != 133 {
-		t.Fatalf("meta lists %d chunks, want 133 (one per region)", n)
+	// Layout v1 writes a chunk per region; layout v2 one per apply
+	// partition of the table, which lists the runs of its regions: each
+	// region's 3 events.
+	seen := map[uint64]int{}
+	for _, f := range metas[0].Files {
+		f.EachRegion(func(region uint64, n int64) { seen[region] += int(n) })
+		if testLayout() == pipeline.LayoutV2 && (f.RegionID != 0 || len(f.Regions) < 2) {
+			t.Errorf("layout v2 chunk of partition %d: region_id %d, %d runs; want 0 and a run per region", f.Partition, f.RegionID, len(f.Regions))
+		}
+	}
+	wantChunks := 133
+	if testLayout() == pipeline.LayoutV2 {
+		wantChunks = len(metas[0].Offsets)
+	}
+	if n := len(metas[0].Files); n != wantChunks {
+		t.Fatalf("meta lists %d chunks, want %d", n, wantChunks)
+	}
+	for region := uint64(1); region <= 133; region++ {
+		if seen[region] != 3 {
+			t.Errorf("region %d has %d entries in the runs, want 3", region, seen[region])
+		}
 	}
 	checkOnce(t, got, want)
 	checkOffsetsCommitted(t, r)

@@ -29,3 +29,11 @@ func (c *Consumer) MetricEvents(result, reason string) prometheus.Collector {
 func (c *Consumer) MetricCycles(trigger, result string) prometheus.Collector {
 	return c.m.cyclesTotal.WithLabelValues(trigger, result)
 }
+
+// SetMaxCycleRuns lowers the region runs a cycle's files hold before it
+// is frozen, and returns the function that restores it.
+func SetMaxCycleRuns(n int) (restore func()) {
+	old := maxCycleRuns
+	maxCycleRuns = n
+	return func() { maxCycleRuns = old }
+}

@@ -14,9 +14,9 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// Every (partition, flow, table, region, cf, op) of a generation is a
-// temp file. Thousands of regions with one event each must
-// not need a descriptor (and a 32 KiB buffer) each: the open temp files stay
+// Every (partition, flow, table, cf, op) of a generation is a temp file
+// (and in layout v1 every region of it). Thousands of tables with one
+// event each must not need a descriptor (and a 32 KiB buffer) each: the open temp files stay
 // under --max-open-files, files closed to make room are opened again for
 // the next append (with their hash intact: ReadChunk checks it), the files'
 // memory counts toward --flush-size and --max-temp-bytes, and
@@ -71,17 +71,18 @@ func TestManyTinyTempFiles(t *testing.T) {
 				}
 			})
 			r.start()
-			id := r.createFlow("tiny", 1)
+			id := r.createFlow("tiny", tableIDs(regions)...)
 			base := testenv.OpenFDs(0)
 			fds := testenv.SampleFDs(t, 0, 2*time.Millisecond)
 
-			// Two rounds over every region, one event per record: each
-			// file is closed between its two appends.
+			// Two rounds over every region, each of a table of its
+			// own, one event per record: each file is closed between its
+			// two appends.
 			want := map[string]int{}
 			var recs []*kgo.Record
 			for round := range 2 {
 				for region := uint64(1); region <= regions; region++ {
-					b := putBatch(region, 1, int64(region)*10+int64(round), 1, int64(region)*10+int64(round))
+					b := putBatch(region, int64(region), int64(region)*10+int64(round), 1, int64(region)*10+int64(round))
 					for _, e := range b.Events {
 						want[string(e.Key)+"\x00"+string(e.Value)]++
 					}

@@ -30,11 +30,7 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	}
 	cyc.id = newCycleID(now, cyc.seq)
 	for _, f := range cyc.files {
-		if ps := s.parts[f.key.partition]; ps != nil {
-			if rs := ps.regions[f.key.region]; rs != nil {
-				f.resolvedTS = rs.resolved
-			}
-		}
+		f.resolvedTS = s.resolvedOf(f)
 	}
 	for _, ps := range s.parts {
 		if ps.next < 0 {
@@ -66,6 +62,33 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	c.m.tempWrite.WithLabelValues("freeze").Observe(time.Since(now).Seconds())
 	s.fl.enqueue(cyc)
 	return cyc
+}
+
+// resolvedOf is the resolved ts of a frozen file's chunk: the last resolved
+// ts of its region, or of a layout v2 file the lowest of its regions'
+// (docs/FORMAT.md, "Meta objects, version 2"); 0 for a region the
+// partition no longer tracks. Must hold s.mu.
+func (s *session) resolvedOf(f *tempFile) uint64 {
+	ps := s.parts[f.key.partition]
+	if ps == nil {
+		return 0
+	}
+	at := func(region uint64) uint64 {
+		if rs := ps.regions[region]; rs != nil {
+			return rs.resolved
+		}
+		return 0
+	}
+	if f.key.set == nil {
+		return at(f.key.region)
+	}
+	var res uint64
+	for i, r := range f.runs {
+		if ts := at(r.Region); i == 0 || ts < res {
+			res = ts
+		}
+	}
+	return res
 }
 
 // newCycleID is a cycle's id, <unix ms>-<seq>-<16 hex digits>: the digits

@@ -32,6 +32,10 @@ type generation struct {
 	open    int       // files holding a buffer
 	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
+	// splits is, for a layout v2 key whose file filled up with region runs,
+	// the split of the file it goes on in (regionFile).
+	splits map[fileKey]uint32
+	runs   int // region runs of its files (cycleFull)
 
 	pending  []*tempFile // files with full buffers queued (spill.go)
 	npending int         // buffers queued
@@ -69,6 +73,36 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	g.mem += f.mem()
 	g.last = f
 	return f, nil
+}
+
+// regionFile returns the layout v2 temp file an entry of region with key
+// (split 0) goes into: the key's current file, or, when that one holds
+// maxChunkRuns region runs and region would start another, a new file of
+// the key, one split higher. The full file stays in the generation as it
+// is and becomes a chunk of the cycle like any other, before the new one
+// (sortFiles), so that each region's entries keep their order.
+func (g *generation) regionFile(key fileKey, region uint64) (*tempFile, error) {
+	f := g.last
+	if f == nil || f.key.base() != key {
+		if n, ok := g.splits[key]; ok {
+			key.split = n
+		}
+		var err error
+		if f, err = g.file(key, nil); err != nil {
+			return nil, err
+		}
+	}
+	if f.takesRegion(region) {
+		return f, nil
+	}
+	base := f.key.base()
+	next := base
+	next.split = f.key.split + 1
+	if g.splits == nil {
+		g.splits = map[fileKey]uint32{}
+	}
+	g.splits[base] = next.split
+	return g.file(next, nil)
 }
 
 // touch makes t the most recently used file, giving it a buffer (and
@@ -116,6 +150,7 @@ func (g *generation) forget(t *tempFile) {
 	}
 	g.mem -= t.mem()
 	g.raw -= t.raw
+	g.runs -= len(t.runs)
 	if g.last == t {
 		g.last = nil
 	}

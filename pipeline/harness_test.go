@@ -131,6 +131,15 @@ func (r *rig) createFlow(name string, tables ...uint32) meta.FlowID {
 	return id
 }
 
+// tableIDs are the table ids 1..n.
+func tableIDs(n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(i + 1)
+	}
+	return ids
+}
+
 // createFlowAsync publishes the create DDL of a flow and does not wait for
 // it to be applied.
 func (r *rig) createFlowAsync(name string, tables ...uint32) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -152,7 +153,7 @@ func TestV2WidthOneObjectPerCycle(t *testing.T) {
 	before := bucket.snapshot()
 	all := map[string]int{}                // every produced entry
 	byTable := map[uint32]map[string]int{} // table -> its entries
-	chunks := map[[2]uint64]bool{}         // (table, region) pairs written
+	regions := map[[2]uint64]bool{}        // (table, region) pairs written
 	for region := uint64(1); region <= nregions; region++ {
 		for k := range 3 {
 			table := uint32((int(region)*3+k)%ntables + 1)
@@ -165,7 +166,7 @@ func TestV2WidthOneObjectPerCycle(t *testing.T) {
 				}
 				byTable[table][string(kv)]++
 			}
-			chunks[[2]uint64{uint64(table), region}] = true
+			regions[[2]uint64{uint64(table), region}] = true
 		}
 	}
 	r.waitHandled(nregions*3 + 2)
@@ -175,7 +176,7 @@ func TestV2WidthOneObjectPerCycle(t *testing.T) {
 	}
 
 	// The whole data object: every event stored once, one chunk per
-	// (table, region).
+	// (partition, table) listing the runs of its regions.
 	var cycleMeta sink.Meta
 	seen := map[string]int{}
 	for _, id := range ids {
@@ -189,8 +190,23 @@ func TestV2WidthOneObjectPerCycle(t *testing.T) {
 			}
 		}
 	}
-	if len(cycleMeta.Files) != len(chunks) {
-		t.Errorf("the data object has %d chunks, want %d (one per table and region, whatever the flows)", len(cycleMeta.Files), len(chunks))
+	type partTable struct {
+		p     int32
+		table int64
+	}
+	chunks := map[partTable]int{}
+	listed := map[[2]uint64]bool{}
+	for _, f := range cycleMeta.Files {
+		chunks[partTable{f.Partition, f.TableID}]++
+		f.EachRegion(func(region uint64, _ int64) { listed[[2]uint64{uint64(f.TableID), region}] = true })
+	}
+	for k, n := range chunks {
+		if n != 1 {
+			t.Errorf("table %d of partition %d has %d chunks, want one whatever its regions and flows", k.table, k.p, n)
+		}
+	}
+	if !reflect.DeepEqual(listed, regions) {
+		t.Errorf("the chunks list %d (table, region) pairs, want the %d written", len(listed), len(regions))
 	}
 	for _, f := range cycleMeta.Files {
 		chunk, err := sink.ReadChunk(context.Background(), r.bucket, cycleMeta.DataPath, f)

@@ -111,8 +111,9 @@ func TestMaxMemoryBoundsFetches(t *testing.T) {
 // With --max-memory 16 MiB the temp file buffers get 4 MiB: 128 files open
 // at most, although --max-open-files is left at its default (1024); and the
 // files' bookkeeping gets a sixth: a cycle is frozen at 1365 files, below
-// the default --max-cycle-files (10000). 2,000 regions with one event each
-// go through both caps without losing anything.
+// the default --max-cycle-files (10000). 2,000 regions with one event each,
+// each of a table of its own, go through both caps without losing
+// anything.
 func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	const (
 		regions   = 2000
@@ -127,14 +128,14 @@ func TestMaxMemoryCapsTempFiles(t *testing.T) {
 	}
 	r := newRig(t, 2, sink.NewMemBucket(), func(c *pipeline.Config) { c.MaxMemory = maxMemory })
 	r.start()
-	id := r.createFlow("mem", 1)
+	id := r.createFlow("mem", tableIDs(regions)...)
 	base := testenv.OpenFDs(0)
 	fds := testenv.SampleFDs(t, 0, 2*time.Millisecond)
 
 	want := map[string]int{}
 	var recs []*kgo.Record
 	for region := uint64(1); region <= regions; region++ {
-		b := putBatch(region, 1, int64(region)*10, 1, int64(region)*10)
+		b := putBatch(region, int64(region), int64(region)*10, 1, int64(region)*10)
 		for _, e := range b.Events {
 			want[string(e.Key)+"\x00"+string(e.Value)]++
 		}

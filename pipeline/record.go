@@ -114,13 +114,14 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			noTable++
 			continue
 		}
-		key := fileKey{partition: ps.partition, set: p.set, table: p.table, region: s.batch.RegionID,
+		key := fileKey{partition: ps.partition, set: p.set, table: p.table,
 			cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
 		if p.set != nil {
 			if err := s.appendTo(key, nil, p); err != nil {
 				return err
 			}
 		}
+		key.region = s.batch.RegionID // layout v1: a file per region
 		for _, f := range p.flows {
 			key.flow = f.ID
 			if err := s.appendTo(key, f, p); err != nil {
@@ -144,16 +145,26 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	return nil
 }
 
-// appendTo appends p's entry to the temp file of key (of flow f in layout
-// v1, nil in layout v2).
+// appendTo appends p's entry to the temp file of key: of flow f in layout
+// v1, whose key holds the region; in layout v2 (f nil) the key's file of
+// every region, which records the batch's region for the entry.
 func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
-	tf, err := s.gen.file(key, f)
+	var tf *tempFile
+	var err error
+	if f == nil {
+		tf, err = s.gen.regionFile(key, s.batch.RegionID)
+	} else {
+		tf, err = s.gen.file(key, f)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTempWrite, err)
 	}
 	before := tf.size
 	if err := tf.append(p.ev.Key, p.ev.Value, p.ts, p.beginTS); err != nil {
 		return fmt.Errorf("%w: %w", ErrTempWrite, err)
+	}
+	if f == nil {
+		tf.countRegion(s.batch.RegionID)
 	}
 	s.gen.bytes += tf.size - before
 	return nil

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
@@ -72,6 +73,13 @@ func putBuf(b []byte) {
 // flows that routed the event (set; flow is 0), so that an event is written
 // once however many flows cover its table. A set changes when a DDL changes
 // the flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
+//
+// A layout v2 key has no region (region is 0): its file holds the events
+// of every region of the key, and records which region sent each run of
+// them (tempFile.runs), so that files, meta entries and --max-cycle-files
+// follow tables, not tables x regions. A file that holds maxChunkRuns runs
+// takes no other region: the key goes on in a new file of the generation,
+// split one higher (generation.regionFile), which sorts after it.
 type fileKey struct {
 	partition int32
 	flow      meta.FlowID
@@ -81,7 +89,21 @@ type fileKey struct {
 	cf        event.CF
 	op        event.Op
 	isMeta    bool
+	split     uint32
 }
+
+// base is the key without its split: the key its entries are routed by.
+func (k fileKey) base() fileKey {
+	k.split = 0
+	return k
+}
+
+// maxChunkRuns is the most region runs a layout v2 file takes
+// (sink.MaxChunkRuns); a variable so that a test can lower it.
+var maxChunkRuns = sink.MaxChunkRuns
+
+// runSize is the memory of one region run of a file.
+const runSize = int64(unsafe.Sizeof(sink.RegionRun{}))
 
 // tempFile is one append-only temp file: a chunk of a data object in the
 // making. It frames entries into a buffer and hashes and writes the buffer
@@ -133,8 +155,11 @@ type tempFile struct {
 	minTS, maxTS   uint64
 	minBeginTS     uint64 // min start ts of write-CF puts
 	minKey, maxKey []byte
-	resolvedTS     uint64 // set at freeze: the region's last resolved ts
+	resolvedTS     uint64 // set at freeze: the lowest last resolved ts of its regions
 	sum            string // hex sha256, set by seal
+	// runs are the regions of a layout v2 file's entries, in entry order:
+	// each run the region of that many consecutive entries (countRegion).
+	runs sink.RegionRuns
 }
 
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
@@ -153,7 +178,29 @@ func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string)
 // and only a file that keeps giving its buffer back under the cap has many
 // more.)
 func (t *tempFile) mem() int64 {
-	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey))
+	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey)) + int64(cap(t.runs))*runSize
+}
+
+// takesRegion reports whether an entry of region may go into the file: a
+// layout v2 file takes a new run while it has fewer than maxChunkRuns.
+func (t *tempFile) takesRegion(region uint64) bool {
+	n := len(t.runs)
+	return n < maxChunkRuns || t.runs[n-1].Region == region
+}
+
+// countRegion records that the entry just appended came from region: one
+// more entry of the last run, or a new run.
+func (t *tempFile) countRegion(region uint64) {
+	if k := len(t.runs) - 1; k >= 0 && t.runs[k].Region == region {
+		t.runs[k].Entries++
+		return
+	}
+	before := cap(t.runs)
+	t.runs = append(t.runs, sink.RegionRun{Region: region, Entries: 1})
+	if t.g != nil {
+		t.g.mem += int64(cap(t.runs)-before) * runSize
+		t.g.runs++
+	}
 }
 
 // name names the file in errors: its generation and key, as a path would.
@@ -166,7 +213,14 @@ func (t *tempFile) name() string {
 	if s := t.key.set; s != nil {
 		flow = fmt.Sprintf("s%d+%d", s.IDs[0], len(s.IDs)-1)
 	}
-	return fmt.Sprintf("%s-p%d-t%d-r%d-%s-%s%s", flow, t.key.partition, t.key.table, t.key.region,
+	region := fmt.Sprintf("-r%d", t.key.region)
+	if s := t.key.set; s != nil {
+		region = "" // every region of the key
+		if t.key.split > 0 {
+			region = fmt.Sprintf("-n%d", t.key.split)
+		}
+	}
+	return fmt.Sprintf("%s-p%d-t%d%s-%s-%s%s", flow, t.key.partition, t.key.table, region,
 		sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
 }
 

@@ -39,7 +39,16 @@
 // interleaved. A region's chunks are sent default-CF puts first, so that
 // every value goes before the write-CF put that needs it (a value is
 // prewritten before its commit), then write-CF puts, write-CF deletes and
-// default-CF deletes, tables in id order. That is the remaining ordering
+// default-CF deletes, tables in id order. A layout v2 chunk may hold
+// several regions' events (docs/FORMAT.md, "Meta objects, version 2"): it
+// is sent run by run, each run's entries keyed by the run's region, so a
+// region's events in it keep their order. A cycle with such a chunk is
+// sent in that order of classes and tables for all its regions at once;
+// a cycle of one region per chunk region by region, as replays did before
+// chunks held several regions (the same arguments then still write the
+// same records). Either way each region's own chunks go in the same
+// order. A multi-region chunk's min_ts bounds every region in it for the
+// resolved ts below. That is the remaining ordering
 // limit: within one cycle, the events of different tables of a region, and
 // the write records relative to other tables' values, are not in their
 // original interleaving. No reader of the MVCC data can tell: every

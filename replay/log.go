@@ -134,11 +134,13 @@ func eachEntry(j *job, data []byte, fn func(key, value []byte, ts uint64) error)
 	return nil
 }
 
-// replayJob sends a job's entries as records of its region, then the
+// replayJob sends a job's entries as records of their region, then the
 // region's new resolved ts: the highest that no later job of the region
-// can pass (j.after), at most To.
+// can pass (afterOf), at most To. A chunk of several regions is sent run by
+// run (its FileMeta.Regions, in entry order), each run's entries as
+// records of the run's region; a region's resolved ts moves after its last
+// run in the chunk.
 func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
-	region := j.f.RegionID
 	cf, op := event.CFDefault, event.OpPut
 	if j.f.CF == sink.CFWrite {
 		cf = event.CFWrite
@@ -146,9 +148,26 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 	if j.f.Op == sink.OpDelete {
 		op = event.OpDelete
 	}
-	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: l.batch.Events[:0]}
-	l.batchBytes = 0
+	var runs []sink.RegionRun
+	j.f.EachRegion(func(region uint64, n int64) { runs = append(runs, sink.RegionRun{Region: region, Entries: n}) })
+	lastRun := make(map[uint64]int, 1)
+	for k, r := range runs {
+		lastRun[r.Region] = k
+	}
+	k, left := 0, runs[0].Entries
+	l.startBatch(runs[0].Region)
 	err := eachEntry(j, data, func(key, value []byte, ts uint64) error {
+		for left == 0 {
+			if err := l.endRun(ctx, j, runs[k].Region, lastRun[runs[k].Region] == k); err != nil {
+				return err
+			}
+			if k++; k == len(runs) {
+				return fmt.Errorf("chunk %d of %s: more entries than its number_of_entries %d", j.index, j.dataPath, j.f.NumberOfEntries)
+			}
+			left = runs[k].Entries
+			l.startBatch(runs[k].Region)
+		}
+		left--
 		if ts < j.lo || ts > j.hi || j.early && !l.needed[string(key)] || !l.selected(key) {
 			return nil
 		}
@@ -165,9 +184,34 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 	if err != nil {
 		return err
 	}
+	if k != len(runs)-1 || left != 0 {
+		return fmt.Errorf("chunk %d of %s: fewer entries than its number_of_entries %d", j.index, j.dataPath, j.f.NumberOfEntries)
+	}
+	return l.endRun(ctx, j, runs[k].Region, true)
+}
+
+// startBatch starts the records of a run of region's entries, at the
+// region's resolved ts so far.
+func (l *logRun) startBatch(region uint64) {
+	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: l.batch.Events[:0]}
+	l.batchBytes = 0
+}
+
+// endRun sends what the batch of a run of region holds. After the
+// region's last run in the job (last) it also moves the region's resolved
+// ts: the record carries the highest that no later job of the region can
+// pass, never lower than before, and is sent even without events when the
+// ts moves or the region had none yet.
+func (l *logRun) endRun(ctx context.Context, j *job, region uint64, last bool) error {
+	if !last {
+		if len(l.batch.Events) == 0 {
+			return nil
+		}
+		return l.w.send(ctx, &l.batch)
+	}
 	res := l.req.To
-	if j.after != 0 {
-		res = min(res, j.after-1)
+	if after := j.afterOf(region); after != 0 {
+		res = min(res, after-1)
 	}
 	prev, seen := l.resolved[region]
 	res = max(res, prev) // after only grows along a region's jobs; never step back

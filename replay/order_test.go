@@ -62,7 +62,7 @@ func TestSortJobs(t *testing.T) {
 	}
 	js := []job{mk(2, sink.CFWrite, sink.OpPut, 0), mk(1, sink.CFWrite, sink.OpDelete, 1), mk(1, sink.CFWrite, sink.OpPut, 2),
 		mk(1, sink.CFDefault, sink.OpPut, 3), mk(2, sink.CFDefault, sink.OpPut, 4)}
-	sortJobs(js)
+	sortJobs(js, true)
 	var got []int
 	for _, j := range js {
 		got = append(got, j.index)
@@ -139,6 +139,59 @@ func TestLimiter(t *testing.T) {
 			if gap := log[i].at.Sub(log[i-1].at); gap < time.Duration(float64(n)/rate*float64(time.Second))-time.Millisecond {
 				t.Fatalf("record of %d bytes went out %v after the previous one, faster than the rate", n, gap)
 			}
+		}
+	}
+}
+
+// TestSortJobsMultiRegion: a cycle with a chunk of several regions orders
+// its chunks by class, table and position, so that every region's own
+// chunks go in the order a cycle of per-region chunks gives them.
+func TestSortJobsMultiRegion(t *testing.T) {
+	mk := func(table int64, cf, op string, index int, multi bool) job {
+		f := sink.FileMeta{RegionID: uint64(index), CF: cf, Op: op, TableID: table}
+		if multi {
+			f.RegionID, f.Regions = 0, []sink.RegionRun{{Region: 1, Entries: 1}, {Region: 2, Entries: 1}}
+		}
+		return job{index: index, f: f}
+	}
+	js := []job{mk(2, sink.CFWrite, sink.OpPut, 0, true), mk(1, sink.CFWrite, sink.OpDelete, 1, false), mk(1, sink.CFWrite, sink.OpPut, 2, true),
+		mk(2, sink.CFDefault, sink.OpPut, 3, false), mk(1, sink.CFDefault, sink.OpPut, 4, true), mk(1, sink.CFWrite, sink.OpPut, 5, false)}
+	sortJobs(js, false)
+	var got []int
+	for _, j := range js {
+		got = append(got, j.index)
+	}
+	if want := []int{4, 3, 2, 5, 0, 1}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// TestLinkRegionsMultiRegion: a chunk of several regions has an after for
+// each of them, and its min_ts bounds what each of them can send.
+func TestLinkRegionsMultiRegion(t *testing.T) {
+	runs := func(rs ...uint64) []sink.RegionRun {
+		var out []sink.RegionRun
+		for _, r := range rs {
+			out = append(out, sink.RegionRun{Region: r, Entries: 1})
+		}
+		return out
+	}
+	js := []job{
+		{lo: 1, f: sink.FileMeta{RegionID: 1, MinTS: 10}},
+		{lo: 1, f: sink.FileMeta{Regions: runs(2, 1, 2), MinTS: 5}},
+		{lo: 1, f: sink.FileMeta{RegionID: 2, MinTS: 30}},
+		{lo: 1, f: sink.FileMeta{Regions: runs(3, 1), MinTS: 20}},
+	}
+	linkRegions(js)
+	for _, tc := range []struct {
+		job    int
+		region uint64
+		want   uint64
+	}{
+		{0, 1, 5}, {1, 1, 20}, {1, 2, 30}, {1, 9, 0}, {2, 2, 0}, {3, 1, 0}, {3, 3, 0},
+	} {
+		if got := js[tc.job].afterOf(tc.region); got != tc.want {
+			t.Errorf("job %d, region %d: after %d, want %d", tc.job, tc.region, got, tc.want)
 		}
 	}
 }

@@ -32,8 +32,44 @@ type job struct {
 	early    bool
 	// after is the lowest ts an entry of a later job of the same region
 	// can have, 0 if the region has none: the region's resolved ts after
-	// this job stays below it.
-	after uint64
+	// this job stays below it. A chunk of several regions (f.Regions) has
+	// one for each of its regions in afters instead, by region.
+	after  uint64
+	afters []regionAfter
+}
+
+// regionAfter is the after of one region of a multi-region job.
+type regionAfter struct {
+	region, after uint64
+}
+
+// multi reports whether the job's chunk holds several regions' entries,
+// in the runs f.Regions lists.
+func (j *job) multi() bool { return j.f.Regions != nil }
+
+// afterOf is the job's after for one of its regions.
+func (j *job) afterOf(region uint64) uint64 {
+	if !j.multi() {
+		return j.after
+	}
+	i, ok := slices.BinarySearchFunc(j.afters, region, func(a regionAfter, r uint64) int { return cmp.Compare(a.region, r) })
+	if !ok {
+		return 0
+	}
+	return j.afters[i].after
+}
+
+// regions are the distinct regions of the job, ascending.
+func (j *job) regions() []uint64 {
+	if !j.multi() {
+		return []uint64{j.f.RegionID}
+	}
+	rs := make([]uint64, 0, len(j.f.Regions))
+	for _, r := range j.f.Regions {
+		rs = append(rs, r.Region)
+	}
+	slices.Sort(rs)
+	return slices.Compact(rs)
 }
 
 // class orders a cycle's chunks of one region: default-CF values first, so
@@ -79,17 +115,28 @@ func readCycles(ctx context.Context, b sink.Bucket, f sink.Flow, paths []string,
 		if err != nil {
 			return nil, err
 		}
-		sortJobs(c.jobs)
-		sortJobs(c.early)
+		byRegion := !slices.ContainsFunc(c.jobs, func(j job) bool { return j.multi() }) &&
+			!slices.ContainsFunc(c.early, func(j job) bool { return j.multi() })
+		sortJobs(c.jobs, byRegion)
+		sortJobs(c.early, byRegion)
 	}
 	return cycles, nil
 }
 
-// sortJobs puts a cycle's jobs in replay order: by region, then class, then
-// table, then position in the meta.
-func sortJobs(js []job) {
+// sortJobs puts a cycle's jobs in replay order: by class, then table, then
+// position in the meta, so that each region's chunks go in that order.
+// With byRegion, which a cycle of chunks of one region each takes, the
+// region goes first: the order replays had before chunks held several
+// regions, kept so that a replay of such a backup writes what it wrote
+// then, record for record. A multi-region chunk cannot be placed by one
+// region; every region's own sequence of chunks is the same either way.
+func sortJobs(js []job, byRegion bool) {
 	slices.SortStableFunc(js, func(a, b job) int {
-		return cmp.Or(cmp.Compare(a.f.RegionID, b.f.RegionID), cmp.Compare(a.class(), b.class()),
+		c := 0
+		if byRegion {
+			c = cmp.Compare(a.f.RegionID, b.f.RegionID)
+		}
+		return cmp.Or(c, cmp.Compare(a.class(), b.class()),
 			cmp.Compare(a.f.TableID, b.f.TableID), cmp.Compare(a.index, b.index))
 	})
 }
@@ -167,16 +214,27 @@ func (h *intHeap) Pop() any {
 	return x
 }
 
-// linkRegions sets every job's after: the lowest ts a later job of its
-// region can send.
+// linkRegions sets every job's after (of a multi-region job, the after of
+// each of its regions): the lowest ts a later job of the region can send.
+// A multi-region chunk's min_ts bounds the entries of each of its regions.
 func linkRegions(jobs []job) {
 	next := map[uint64]uint64{}
 	for i := len(jobs) - 1; i >= 0; i-- {
 		j := &jobs[i]
-		j.after = next[j.f.RegionID]
+		regions := j.regions()
+		if j.multi() {
+			j.afters = make([]regionAfter, len(regions))
+			for k, r := range regions {
+				j.afters[k] = regionAfter{region: r, after: next[r]}
+			}
+		} else {
+			j.after = next[j.f.RegionID]
+		}
 		lo := j.effLo()
-		if cur, ok := next[j.f.RegionID]; !ok || lo < cur {
-			next[j.f.RegionID] = lo
+		for _, r := range regions {
+			if cur, ok := next[r]; !ok || lo < cur {
+				next[r] = lo
+			}
 		}
 	}
 }

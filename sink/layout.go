@@ -237,11 +237,18 @@ type FileMeta struct {
 	StartKey              string `json:"start_key"` // hex of the smallest data key
 	EndKey                string `json:"end_key"`   // hex of the largest data key
 	TableID               int64  `json:"table_id"`
-	RegionID              uint64 `json:"region_id"`
-	CF                    string `json:"cf"` // "default" or "write"
-	Op                    string `json:"op"` // "put" or "delete"
-	IsMeta                bool   `json:"is_meta"`
-	Partition             int32  `json:"partition"`
+	// RegionID is the region that sent every entry of the chunk; 0 when
+	// Regions is present.
+	RegionID uint64 `json:"region_id"`
+	// Regions are the runs of regions of a version 2 chunk that holds the
+	// entries of several (docs/FORMAT.md, "Meta objects, version 2"): in
+	// entry order, each run the region of that many consecutive entries.
+	// Absent for a chunk of one region. Use EachRegion to read either.
+	Regions   RegionRuns `json:"regions,omitempty"`
+	CF        string     `json:"cf"` // "default" or "write"
+	Op        string     `json:"op"` // "put" or "delete"
+	IsMeta    bool       `json:"is_meta"`
+	Partition int32      `json:"partition"`
 	// FlowIDs are the flows that routed the chunk's entries, ascending
 	// (version 2 only): a table several flows cover is stored once.
 	FlowIDs []uint32 `json:"flow_ids,omitempty"`
@@ -380,6 +387,9 @@ func (c *fileChecker) check(i int, f *FileMeta) error {
 	}
 	var errs []error
 	if err := f.validateFlows(c.version, c.flows); err != nil {
+		errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
+	}
+	if err := f.validateRegions(c.version); err != nil {
 		errs = append(errs, fmt.Errorf("files[%d]: %w", i, err))
 	}
 	if f.Offset < c.end {

@@ -50,9 +50,13 @@ type Env struct {
 	Base time.Time
 	// Conn are the connection flags of a consumer command that reads this
 	// backup.
-	Conn   []string
-	cycles int
-	ckpt   uint64 // the highest checkpoint CommitOffsets advanced to
+	Conn []string
+	// MultiRegion makes CommitV2 write chunks that hold every region's
+	// entries of a (table, cf, op, is_meta) key, as the consumer does, the
+	// regions listed as runs (sinktest.CycleV2.MultiRegion).
+	MultiRegion bool
+	cycles      int
+	ckpt        uint64 // the highest checkpoint CommitOffsets advanced to
 }
 
 // New creates flow default/f on tables in rd and g, under redisPrefix and
@@ -148,7 +152,7 @@ func (e *Env) CommitV2(t testing.TB, rts uint64, entries ...sinktest.Entry) {
 	}
 	c := sinktest.CycleV2{Prefix: e.Prefix, StoreID: "s1", CycleID: fmt.Sprintf("%d-c%d-00", off, e.cycles), Group: Group, ResolvedTS: rts,
 		Flows:   []sink.MetaFlow{{FlowID: 1, Catalog: "default", Name: "f"}, {FlowID: 2, Catalog: "default", Name: "other"}},
-		Entries: tagged, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}}
+		Entries: tagged, Offsets: []sink.OffsetRange{{Topic: "flowlog.apply", Partition: 0, From: off, To: off + 1}}, MultiRegion: e.MultiRegion}
 	_, path := sinktest.WriteCycleV2(t, e.Bucket, c)
 	e.commit(t, off, rts, path, 1, 2)
 	e.PutObject(sink.CheckpointPathV2(e.Prefix, Group), sink.EncodeCheckpoint(rts))

@@ -22,7 +22,7 @@ type Entry struct {
 	Op      string // "put" or "delete"
 	IsMeta  bool
 	// RegionID is the region that sent the entry; entries of different
-	// regions go in different chunks.
+	// regions go in different chunks, unless a CycleV2 has MultiRegion.
 	RegionID uint64
 	// FlowIDs are the flows that routed the entry, in a layout v2 cycle
 	// (WriteCycleV2); ascending.
@@ -47,7 +47,7 @@ func WriteCycle(t testing.TB, b sink.Bucket, c Cycle) (sink.Meta, string) {
 	t.Helper()
 	m := sink.Meta{Version: sink.MetaVersion, Flow: c.Flow, FlowID: c.FlowID, StoreID: "sinktest", CycleID: c.CycleID,
 		MinResolvedTS: c.ResolvedTS, Offsets: c.Offsets}
-	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries)
+	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries, false)
 	m.DataPath = sink.DataPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, m.MinTS, c.CycleID)
 	path := sink.MetaPath(c.Prefix, c.Catalog, c.Flow, c.FlowID, c.ResolvedTS, c.CycleID)
 	upload(t, b, m, data, path)
@@ -68,10 +68,15 @@ type CycleV2 struct {
 	Partitions []sink.PartitionState
 	Coverage   []sink.CoverageReport
 	Entries    []Entry // each with its FlowIDs
+	// MultiRegion writes a chunk per (table, cf, op, is_meta, flow ids)
+	// holding the entries of every region, as the consumer does: a chunk
+	// of several regions lists their runs (sink.FileMeta.Regions).
+	MultiRegion bool
 }
 
 // WriteCycleV2 stores c as a layout v2 cycle: one data object with a chunk
-// per (table, cf, op, is_meta, flow ids) in first-seen order, then the
+// per (table, cf, op, is_meta, flow ids, region) in first-seen order, or
+// per (table, cf, op, is_meta, flow ids) with MultiRegion, then the
 // version 2 meta. It returns the meta and the meta object's name.
 func WriteCycleV2(t testing.TB, b sink.Bucket, c CycleV2) (sink.Meta, string) {
 	t.Helper()
@@ -91,16 +96,18 @@ func WriteCycleV2(t testing.TB, b sink.Bucket, c CycleV2) (sink.Meta, string) {
 		upload(t, b, m, nil, path)
 		return m, path
 	}
-	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries)
+	data := buildChunks(t, &m, c.Compression, c.ResolvedTS, c.Entries, c.MultiRegion)
 	m.DataPath = sink.DataPathV2(c.Prefix, m.StoreID, m.MinTS, c.CycleID)
 	upload(t, b, m, data, path)
 	return m, path
 }
 
 // buildChunks writes entries as chunks, one per (table, cf, op, is_meta,
-// flow ids) in first-seen order, into a data object; it sets m's files and
-// ts range and returns the object's bytes.
-func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64, entries []Entry) []byte {
+// flow ids, region) in first-seen order, into a data object; with
+// multiRegion the region is not part of the key and a chunk of several
+// regions lists their runs. It sets m's files and ts range and returns the
+// object's bytes.
+func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64, entries []Entry, multiRegion bool) []byte {
 	t.Helper()
 	if compression == "" {
 		compression = sink.CompressionNone
@@ -116,6 +123,9 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 	var order []group
 	for _, e := range entries {
 		g := group{e.TableID, e.CF, e.Op, e.IsMeta, fmt.Sprint(e.FlowIDs), e.RegionID}
+		if multiRegion {
+			g.region = 0
+		}
 		if _, ok := chunks[g]; !ok {
 			order = append(order, g)
 		}
@@ -138,6 +148,11 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 				t.Fatalf("entry key: %v", err)
 			}
 			framed = event.AppendEntry(framed, e.Key, e.Value)
+			if k := len(f.Regions) - 1; k >= 0 && f.Regions[k].Region == e.RegionID {
+				f.Regions[k].Entries++
+			} else {
+				f.Regions = append(f.Regions, sink.RegionRun{Region: e.RegionID, Entries: 1})
+			}
 			f.NumberOfEntries++
 			f.MinTS, f.MaxTS = min(f.MinTS, ts), max(f.MaxTS, ts)
 			if g.cf == "write" && g.op == "put" {
@@ -151,6 +166,9 @@ func buildChunks(t testing.TB, m *sink.Meta, compression string, resolved uint64
 			if bytes.Compare(e.Key, maxKey) > 0 {
 				maxKey = e.Key
 			}
+		}
+		if len(f.Regions) == 1 {
+			f.RegionID, f.Regions = f.Regions[0].Region, nil
 		}
 		if f.MinBeginTSInDefaultCF == math.MaxUint64 {
 			f.MinBeginTSInDefaultCF = f.MinTS
