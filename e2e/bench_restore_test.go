@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -155,7 +154,7 @@ func replayMeasured(ctx context.Context, b *testing.B, c *cluster, mem, topic st
 	if mem != "" {
 		args = append(args, "--max-memory", mem)
 	}
-	cmd := exec.CommandContext(ctx, binary(b, "consumer"), args...)
+	cmd, peak := peakCommand(ctx, b, binary(b, "consumer"), args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	brokerCPU := c.Broker.cpu()
@@ -179,10 +178,14 @@ func replayMeasured(ctx context.Context, b *testing.B, c *cluster, mem, topic st
 	if !ok {
 		b.Fatalf("no rusage for the replay process")
 	}
+	maxRSS, err := peak()
+	if err != nil {
+		b.Fatalf("replay: %v", err)
+	}
 	return replayMeasure{
 		logMB: float64(doc.LogBytes) / 1e6, took: time.Duration(doc.Seconds * float64(time.Second)), wall: wall,
 		records: doc.Records, recordMB: float64(doc.Bytes) / 1e6,
-		maxRSS: ru.Maxrss << 10,
+		maxRSS: maxRSS,
 		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), brokerCPU: brokerCPU,
 	}
 }
@@ -213,7 +216,7 @@ func restoreMeasured(ctx context.Context, b *testing.B, c *cluster, flow, mem st
 	if mem != "" {
 		args = append(args, "--max-memory", mem)
 	}
-	cmd := exec.CommandContext(ctx, binary(b, "consumer"), args...)
+	cmd, peak := peakCommand(ctx, b, binary(b, "consumer"), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := os.MkdirAll(temp, 0o755); err != nil {
@@ -239,9 +242,13 @@ func restoreMeasured(ctx context.Context, b *testing.B, c *cluster, flow, mem st
 	if !ok {
 		b.Fatalf("no rusage for the restore process")
 	}
+	maxRSS, err := peak()
+	if err != nil {
+		b.Fatalf("restore: %v", err)
+	}
 	return restoreMeasure{
 		logMB: mib * (1 << 20) / 1e6, took: time.Duration(secs * float64(time.Second)), wall: wall,
-		maxRSS: ru.Maxrss << 10, // kB on Linux
+		maxRSS: maxRSS,
 		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(),
 		gcsCPU: gcsCPU, disk: peakDisk, line: m[1],
 	}

@@ -46,28 +46,41 @@ func peakRSSHelper(out string, args []string) int {
 	return cmd.ProcessState.ExitCode()
 }
 
+// peakCommand is exec.CommandContext of bin with args, run through the
+// peak RSS helper; peak returns bin's peak resident set in bytes once the
+// command has run. The command's rusage (ProcessState.SysUsage) is the
+// helper's and bin's together: their CPU, and the helper's maxrss, which
+// is not bin's.
+func peakCommand(ctx context.Context, t testing.TB, bin string, args ...string) (cmd *exec.Cmd, peak func() (int64, error)) {
+	t.Helper()
+	file := t.TempDir() + "/peak"
+	cmd = exec.CommandContext(ctx, os.Args[0], append([]string{bin}, args...)...)
+	cmd.Env = append(os.Environ(), peakRSSEnv+"="+file)
+	return cmd, func() (int64, error) {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return 0, fmt.Errorf("no peak RSS measured: %w", err)
+		}
+		return strconv.ParseInt(string(raw), 10, 64)
+	}
+}
+
 // runPeakRSS runs bin with args to completion (within timeout) and returns
 // its combined output, its peak resident set in bytes and its exit error.
 func runPeakRSS(t testing.TB, timeout time.Duration, bin string, args ...string) (string, int64, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	file := t.TempDir() + "/peak"
-	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{bin}, args...)...)
-	cmd.Env = append(os.Environ(), peakRSSEnv+"="+file)
+	cmd, peak := peakCommand(ctx, t, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("%s %s did not end within %v:\n%s", bin, strings.Join(args, " "), timeout, out.String())
 	}
-	raw, rerr := os.ReadFile(file)
-	if rerr != nil {
-		t.Fatalf("%s: no peak RSS measured (%v): %v\n%s", bin, rerr, err, out.String())
-	}
-	n, perr := strconv.ParseInt(string(raw), 10, 64)
+	n, perr := peak()
 	if perr != nil {
-		t.Fatal(perr)
+		t.Fatalf("%s: %v (exit: %v)\n%s", bin, perr, err, out.String())
 	}
 	return out.String(), n, err
 }
