@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/internal/loadgen"
@@ -44,7 +43,7 @@ func TestReplayLargeValueOnBroker(t *testing.T) {
 		commit := event.ComposeTS(event.PhysicalTime(ck).Add(2*time.Second).UnixMilli(), 0)
 		pre, done := replayLongBatches(start-1, []replayLongTxn{{table: 1, handle: longHandle, start: start, commit: commit, value: big}})
 		pre.RegionID, done.RegionID = 1, 1
-		produceLarge(t, addr, testenv.ApplyTopic, pre, done)
+		replayProduce(t, addr, testenv.ApplyTopic, pre, done)
 		runProducer(t, "heartbeat", "--brokers", addr, "--regions", strconv.Itoa(regions), "--ts", strconv.FormatUint(commit+1, 10))
 		return commit + 1
 	})
@@ -121,23 +120,4 @@ func alterTopic(t *testing.T, addr, topic, maxMessage string) {
 		}
 		return false, fmt.Sprintf("describe %s: %v", topic, err)
 	})
-}
-
-// produceLarge publishes batches to topic as replayProduce does, with
-// room for records up to 4 MiB.
-func produceLarge(t *testing.T, brokers, topic string, batches ...*event.Batch) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<20))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, b := range batches {
-		r := &kgo.Record{Key: strconv.AppendUint(nil, b.RegionID, 10), Value: event.EncodeBatch(nil, b)}
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			t.Fatalf("produce region %d's batch of %d events to %s: %v", b.RegionID, len(b.Events), topic, err)
-		}
-	}
 }

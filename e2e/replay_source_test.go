@@ -316,10 +316,11 @@ func cmpUint(a, b uint64) int {
 }
 
 // replayProduce publishes batches to topic as `producer load` does: keyed
-// by region id, protobuf values.
+// by region id, protobuf values, one record at a time, each up to 4 MiB
+// (as large as the topic takes).
 func replayProduce(t *testing.T, brokers, topic string, batches ...*event.Batch) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<20))
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
 	}
