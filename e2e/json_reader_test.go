@@ -236,6 +236,7 @@ func (r *jsonReader) readChunk(dataPath string, f fields, b *jsonBackup) {
 		r.t.Errorf("%s: cf %q op %q is_meta %v partition %d", f.where, cf, op, f.bool("is_meta"), f.uint("partition"))
 	}
 	b.tables[table] = true
+	runs := f.regionRuns(region)
 	var n uint64
 	minTS, maxTS, minBegin := ^uint64(0), uint64(0), ^uint64(0)
 	var minKey, maxKey []byte
@@ -269,7 +270,19 @@ func (r *jsonReader) readChunk(dataPath string, f fields, b *jsonBackup) {
 			}
 			minBegin = min(minBegin, start)
 		}
-		b.entries[fmt.Sprintf("%d/%s/%s/%x/%x", region, cf, op, key, value)]++
+		// A chunk of several regions lists its runs in entry order
+		// (docs/FORMAT.md, "Meta objects, version 2").
+		for len(runs) > 0 && runs[0].entries == 0 {
+			runs = runs[1:]
+		}
+		if len(runs) == 0 {
+			r.t.Fatalf("%s: entry %d lies past the region runs", f.where, n)
+		}
+		runs[0].entries--
+		b.entries[fmt.Sprintf("%d/%s/%s/%x/%x", runs[0].region, cf, op, key, value)]++
+	}
+	if len(runs) > 1 || len(runs) == 1 && runs[0].entries != 0 {
+		r.t.Errorf("%s: region runs hold more entries than the chunk", f.where)
 	}
 	if !(cf == "write" && op == "put") {
 		minBegin = minTS
@@ -337,6 +350,37 @@ func (f fields) get(name string) any {
 		f.t.Fatalf("%s: no %q", f.where, name)
 	}
 	return v
+}
+
+// regionRun is a run of a chunk's entries from one region.
+type regionRun struct {
+	region, entries uint64
+}
+
+// regionRuns are the region runs of a file entry: its "regions", pairs of
+// [region id, entries], or, without them, one run of its region_id
+// (region) holding every entry.
+func (f fields) regionRuns(region uint64) []regionRun {
+	f.t.Helper()
+	obj, _ := f.m.(map[string]any)
+	list, ok := obj["regions"]
+	if !ok {
+		return []regionRun{{region, f.uint("number_of_entries")}}
+	}
+	pairs, ok := list.([]any)
+	if !ok || region != 0 {
+		f.t.Fatalf("%s: regions %v beside region_id %d", f.where, list, region)
+	}
+	var runs []regionRun
+	for _, p := range pairs {
+		pair, ok := p.([]any)
+		if !ok || len(pair) != 2 {
+			f.t.Fatalf("%s: region run %v", f.where, p)
+		}
+		run := fields{t: f.t, where: f.where, m: map[string]any{"region": pair[0], "entries": pair[1]}}
+		runs = append(runs, regionRun{run.uint("region"), run.uint("entries")})
+	}
+	return runs
 }
 
 // uint is an integer member written as a JSON number, exact to 64 bits.
