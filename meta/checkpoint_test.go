@@ -4,36 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 )
-
-// commandCount counts the Redis commands a client sends, each command of a
-// pipeline or MULTI on its own.
-type commandCount struct{ n atomic.Int64 }
-
-func (h *commandCount) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (h *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 // idleFlows creates n flows of one table each and returns their ids.
 func idleFlows(t *testing.T, s *meta.Store, n int) []meta.FlowID {
@@ -57,13 +35,13 @@ func TestAdvanceGlobalCheckpointCostsNoFlows(t *testing.T) {
 	type cost struct{ global, perFlow int64 }
 	measure := func(t *testing.T, flows int) cost {
 		rdb := startRedis(t).Client(t)
-		hook := &commandCount{}
-		rdb.AddHook(hook)
+		var n atomic.Int64
+		rdb.AddHook(testenv.CommandHook(func(redis.Cmder) { n.Add(1) }))
 		s := meta.NewStore(rdb, "", nil)
 		ids := idleFlows(t, s, flows)
 		var c cost
 		// Ten advances that move and one that does not.
-		before := hook.n.Load()
+		before := n.Load()
 		for i := range uint64(10) {
 			if g, err := s.AdvanceGlobalCheckpoint(ctx, 100+i, 1<<62); err != nil || g != 100+i {
 				t.Fatalf("AdvanceGlobalCheckpoint(%d) = %d, %v", 100+i, g, err)
@@ -72,17 +50,17 @@ func TestAdvanceGlobalCheckpointCostsNoFlows(t *testing.T) {
 		if g, err := s.AdvanceGlobalCheckpoint(ctx, 50, 1<<62); err != nil || g != 109 {
 			t.Fatalf("AdvanceGlobalCheckpoint(50) = %d, %v; want it kept at 109", g, err)
 		}
-		c.global = hook.n.Load() - before
+		c.global = n.Load() - before
 		for _, id := range ids {
 			if v, err := rdb.HGet(ctx, s.Keys().FlowState(id), "checkpoint_ts").Result(); !errors.Is(err, redis.Nil) {
 				t.Fatalf("flow %d checkpoint_ts = %q (%v) after global advances; want none", id, v, err)
 			}
 		}
-		before = hook.n.Load()
+		before = n.Load()
 		if _, _, err := s.AdvanceCheckpoints(ctx, ids, 200, 1<<62); err != nil {
 			t.Fatal(err)
 		}
-		c.perFlow = hook.n.Load() - before
+		c.perFlow = n.Load() - before
 		return c
 	}
 	few, many := measure(t, 3), measure(t, 300)

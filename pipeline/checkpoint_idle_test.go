@@ -3,49 +3,26 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowlog/flowlog/internal/testenv"
 	"github.com/flowlog/flowlog/meta"
 	"github.com/flowlog/flowlog/pipeline"
 	"github.com/flowlog/flowlog/sink"
 )
 
-// flowStateTouches counts the Redis commands a client sends that name a
-// flow:state key, each command of a pipeline or MULTI on its own.
-type flowStateTouches struct{ n atomic.Int64 }
-
-func (h *flowStateTouches) count(cmd redis.Cmder) {
+// touchesFlowState reports whether cmd names a flow:state key.
+func touchesFlowState(cmd redis.Cmder) bool {
 	for _, a := range cmd.Args() {
 		if s, ok := a.(string); ok && strings.Contains(s, ":flow:state:") {
-			h.n.Add(1)
-			return
+			return true
 		}
 	}
-}
-
-func (h *flowStateTouches) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (h *flowStateTouches) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *flowStateTouches) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
+	return false
 }
 
 // In layout v2 the checkpoint advances of a session after its first touch
@@ -58,9 +35,15 @@ func TestV2AdvanceLeavesIdleFlowsAlone(t *testing.T) {
 		t.Skip("layout v1 advances every flow's checkpoint_ts")
 	}
 	r := newRig(t, 1, sink.NewMemBucket(), nil)
-	hook := &flowStateTouches{}
+	// touches counts the consumer's commands that name a flow:state key,
+	// each command of a pipeline or MULTI on its own.
+	var touches atomic.Int64
 	cl := r.redis.Client(t)
-	cl.AddHook(hook)
+	cl.AddHook(testenv.CommandHook(func(cmd redis.Cmder) {
+		if touchesFlowState(cmd) {
+			touches.Add(1)
+		}
+	}))
 	r.store = meta.NewStore(cl, "flowlog", nil)
 	r.reg = meta.NewRegistry(r.store)
 	reader := meta.NewStore(r.redis.Client(t), "flowlog", nil)
@@ -85,7 +68,7 @@ func TestV2AdvanceLeavesIdleFlowsAlone(t *testing.T) {
 		}
 	}
 
-	before := hook.n.Load()
+	before := touches.Load()
 	if before == 0 {
 		t.Fatal("the hook saw no command naming a flow:state key before the first advance: it does not watch the consumer's client")
 	}
@@ -95,7 +78,7 @@ func TestV2AdvanceLeavesIdleFlowsAlone(t *testing.T) {
 		r.flush()
 	}
 	last := ts(2000 + 1000*4 + 4)
-	if n := hook.n.Load() - before; n != 0 {
+	if n := touches.Load() - before; n != 0 {
 		t.Errorf("5 cycles of the busy flow sent %d commands naming a flow:state key; want none", n)
 	}
 	if g, err := rdb.Get(ctx, k.GlobalCheckpoint()).Uint64(); err != nil || g != last {
