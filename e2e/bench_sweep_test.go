@@ -13,11 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The sweep knobs of BenchmarkPipeline (docs/SIZING.md, "Cost curves"):
@@ -51,88 +48,16 @@ func loadBatchSize(size int) int {
 	return max(1, min(64, (512<<10)/max(size, 1)))
 }
 
-// redisCounter counts the commands a go-redis client sends and their bytes
-// in the protocol (RESP), so that the benchmark can take its own polling
-// out of the server's totals.
-type redisCounter struct {
-	cmds, bytes atomic.Int64
-}
-
-var _ redis.Hook = (*redisCounter)(nil)
-
-func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// count adds cmd and the size of its RESP array of bulk strings.
-func (c *redisCounter) count(cmd redis.Cmder) {
-	n := len(fmt.Sprintf("*%d\r\n", len(cmd.Args())))
-	for _, a := range cmd.Args() {
-		s := fmt.Sprint(a)
-		n += len(fmt.Sprintf("$%d\r\n", len(s))) + len(s) + 2
-	}
-	c.cmds.Add(1)
-	c.bytes.Add(int64(n))
-}
-
-// redisTotals is what a redis-server has handled since it started.
+// redisTotals is the Redis work a redisMeter counted: commands sent and
+// bytes each way.
 type redisTotals struct {
-	cmds     int64 // calls summed over INFO commandstats, INFO itself left out
-	inBytes  int64 // total_net_input_bytes
-	outBytes int64 // total_net_output_bytes
+	cmds     int64 // commands (RESP arrays) the clients sent
+	inBytes  int64 // bytes to the server
+	outBytes int64 // bytes from the server
 }
 
 func (t redisTotals) sub(o redisTotals) redisTotals {
 	return redisTotals{cmds: t.cmds - o.cmds, inBytes: t.inBytes - o.inBytes, outBytes: t.outBytes - o.outBytes}
-}
-
-// readRedisTotals reads INFO commandstats and INFO stats. The two INFO
-// calls are not counted in cmds; their bytes are in inBytes and outBytes
-// (a few hundred to a few thousand).
-func readRedisTotals(ctx context.Context, b *testing.B, rdb *redis.Client) redisTotals {
-	b.Helper()
-	var t redisTotals
-	for _, section := range []string{"commandstats", "stats"} {
-		s, err := rdb.Info(ctx, section).Result()
-		if err != nil {
-			b.Fatalf("redis INFO %s: %v", section, err)
-		}
-		for l := range strings.Lines(s) {
-			l = strings.TrimSpace(l)
-			name, v, ok := strings.Cut(l, ":")
-			if !ok {
-				continue
-			}
-			switch {
-			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
-				for f := range strings.SplitSeq(v, ",") {
-					if n, ok := strings.CutPrefix(f, "calls="); ok {
-						c, _ := strconv.ParseInt(n, 10, 64)
-						t.cmds += c
-					}
-				}
-			case name == "total_net_input_bytes":
-				t.inBytes, _ = strconv.ParseInt(v, 10, 64)
-			case name == "total_net_output_bytes":
-				t.outBytes, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return t
 }
 
 // consumerMetrics is what the benchmark takes from a consumer's /metrics.

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/api/iterator"
@@ -268,8 +267,10 @@ func BenchmarkPipeline(b *testing.B) {
 	endOffsets(ctx, b, adm).Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
 	adm.Close()
 	rdb := c.Redis.Client(b)
-	var own redisCounter // the benchmark's own commands, left out of the consumer's
-	rdb.AddHook(&own)
+	// The consumer reaches Redis through a meter, so that its Redis work is
+	// counted alone: the benchmark's polling and `consumer flows` go to the
+	// server directly.
+	meter := startRedisMeter(b, c.Redis.Addr)
 	var defaults pipeline.Config
 	defaults.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 
@@ -284,7 +285,8 @@ func BenchmarkPipeline(b *testing.B) {
 		tempDir := filepath.Join(b.TempDir(), "temp")
 		start := time.Now()
 		args := []string{"--group", fmt.Sprintf("bench-pipe-%d", i), "--redis-prefix", prefix, "--gcs-prefix", prefix,
-			"--temp-dir", tempDir, "--flush-interval", sh.interval, "--flush-size", defaults.FlushSize.String()}
+			"--temp-dir", tempDir, "--flush-interval", sh.interval, "--flush-size", defaults.FlushSize.String(),
+			"--redis-url", meter.URL}
 		if sh.layout != "" {
 			args = append(args, "--layout", sh.layout)
 		}
@@ -294,19 +296,18 @@ func BenchmarkPipeline(b *testing.B) {
 		// everything committed: the start (the flows' DDL, the group join)
 		// is left out. `consumer flows` runs every 5 s of it.
 		var (
-			redisFirst         redisTotals
-			ownFirst, ownBytes int64
-			atFirst            consumerMetrics
-			flows              = newFlowsCaller(b, c, fmt.Sprintf("bench-pipe-%d", i), prefix)
-			stopFlows          = make(chan struct{})
-			flowsDone          = func() error { return nil }
+			redisFirst redisTotals
+			atFirst    consumerMetrics
+			flows      = newFlowsCaller(b, c, fmt.Sprintf("bench-pipe-%d", i), prefix)
+			stopFlows  = make(chan struct{})
+			flowsDone  = func() error { return nil }
 		)
 		pt := waitCommitted(ctx, b, cons.Addr, store, maxResolved, end, sh, func() {
-			redisFirst, ownFirst, ownBytes = readRedisTotals(ctx, b, rdb), own.cmds.Load(), own.bytes.Load()
+			redisFirst = meter.totals()
 			atFirst = scrapeConsumerMetrics(b, cons.Addr)
 			flowsDone = flows.during(ctx, 5*time.Second, stopFlows)
 		})
-		redisDone := readRedisTotals(ctx, b, rdb)
+		redisDone := meter.totals()
 		close(stopFlows)
 		if err := flowsDone(); err != nil {
 			b.Errorf("during the run: %v", err)
@@ -323,28 +324,21 @@ func BenchmarkPipeline(b *testing.B) {
 		logStageTimes(b, cons.Addr)
 		sw.metrics = scrapeConsumerMetrics(b, cons.Addr)
 		sw.commitsRun = sw.metrics.commits - atFirst.commits
-		// The consumer's Redis work from its start to everything committed:
-		// the server's totals less the benchmark's own polling and what its
-		// /status and `consumer flows` calls cost, each measured alone below.
-		statusCost := callCost(ctx, b, rdb, func() error {
+		// The consumer's Redis work from the first record to everything
+		// committed, less what the benchmark's /status polls cost it (the
+		// consumer answers them from Redis), measured alone below.
+		statusCost := callCost(meter, func() error {
 			_, err := statusNext(&http.Client{Timeout: 10 * time.Second}, "http://"+cons.Addr)
 			return err
-		})
+		}, b)
 		if err := cons.Stop(); err != nil {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
-		flowsCost := callCost(ctx, b, rdb, func() error { return flows.call(ctx) })
 		sw.redis = redisDone.sub(redisFirst)
-		sw.redis.cmds -= own.cmds.Load() - ownFirst
-		sw.redis.inBytes -= own.bytes.Load() - ownBytes
-		for _, c := range []struct {
-			n    int
-			cost redisTotals
-		}{{sw.statusN - pt.statusBefore, statusCost}, {sw.flowsN, flowsCost}} {
-			sw.redis.cmds -= int64(c.n) * c.cost.cmds
-			sw.redis.inBytes -= int64(c.n) * c.cost.inBytes
-			sw.redis.outBytes -= int64(c.n) * c.cost.outBytes
-		}
+		n := int64(sw.statusN - pt.statusBefore)
+		sw.redis.cmds -= n * statusCost.cmds
+		sw.redis.inBytes -= n * statusCost.inBytes
+		sw.redis.outBytes -= n * statusCost.outBytes
 		up := gcsAlone(ctx, b, c, prefix, defaults)
 		floor := measureFloor(ctx, b, c, prefix)
 		floor.raw = rawCPU
@@ -361,20 +355,20 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-// callCost runs call three times against the benchmark's Redis and
-// returns the least the server handled for one of them (a flush cycle of
-// the consumer may land in the window of one), less what reading the
-// totals costs (the INFO replies are bytes out).
-func callCost(ctx context.Context, b *testing.B, rdb *redis.Client, call func() error) redisTotals {
+// callCost runs call three times and returns the least Redis work the
+// meter counted for one of them (a flush cycle of the consumer may land in
+// the window of one), less the least it counted in three windows without a
+// call.
+func callCost(m *redisMeter, call func() error, b *testing.B) redisTotals {
 	b.Helper()
 	least := func(call func() error) redisTotals {
 		var l redisTotals
 		for i := range 3 {
-			before := readRedisTotals(ctx, b, rdb)
+			before := m.totals()
 			if err := call(); err != nil {
 				b.Fatalf("measure a call's Redis cost: %v", err)
 			}
-			d := readRedisTotals(ctx, b, rdb).sub(before)
+			d := m.totals().sub(before)
 			if i == 0 || d.cmds < l.cmds || d.cmds == l.cmds && d.inBytes < l.inBytes {
 				l = d
 			}
