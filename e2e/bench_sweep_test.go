@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ var (
 	benchPartitionsFlag = flag.Int("bench-partitions", benchPartitions, "BenchmarkPipeline: partitions of the apply topic")
 	benchValueFlag      = flag.Int("bench-value-size", benchShortValue, "BenchmarkPipeline: bytes per value of the transactions that are not large (at least 32; above 255 the default CF)")
 	benchIdleFlowsFlag  = flag.Int("bench-idle-flows", 0, "BenchmarkPipeline: more flows, each over a table of its own that the load never writes")
+	benchSteadyFlag     = flag.Int("bench-steady-after", 2, "BenchmarkPipeline: the commits after the first record that the steady Redis figures leave out")
+	benchFlushSizeFlag  = flag.String("bench-flush-size", "", "BenchmarkPipeline: the consumer's --flush-size (default: the consumer's default); smaller makes more commits")
 	benchRestoreFlag    = flag.Bool("bench-restore", true, "BenchmarkPipeline: restore the first flow after the run and report its planning time and peak RSS")
 )
 
@@ -238,6 +241,9 @@ type sweepResult struct {
 	objects       int         // every object under the run's prefix
 	redis         redisTotals // the consumer's, from the first record to everything committed
 	commitsRun    int64       // the consumer's commits meanwhile
+	steady        redisTotals // the consumer's, from the -bench-steady-after-th commit after the first record on
+	steadyCommits int64       // the commits meanwhile (0: too few commits for a steady figure)
+	steadyTop     string      // the most sent commands meanwhile, /status polls included
 	statusN       int
 	statusMedian  time.Duration
 	statusMax     time.Duration
@@ -251,6 +257,27 @@ type sweepResult struct {
 	restoreMaxRSS int64
 }
 
+// topCommands lists the n commands sent most between two counts by name,
+// as "name count, ...".
+func topCommands(now, before map[string]int64, n int) string {
+	type kv struct {
+		name string
+		n    int64
+	}
+	var all []kv
+	for k, v := range now {
+		if d := v - before[k]; d > 0 {
+			all = append(all, kv{k, d})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].name < all[j].name })
+	var parts []string
+	for _, e := range all[:min(n, len(all))] {
+		parts = append(parts, fmt.Sprintf("%s %d", e.name, e.n))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // reportSweep reports the sweep's figures per GB of record values (mb in
 // MB) and per commit.
 func reportSweep(b *testing.B, r sweepResult, mb float64) {
@@ -262,6 +289,10 @@ func reportSweep(b *testing.B, r sweepResult, mb float64) {
 	b.ReportMetric(float64(r.redis.cmds)/commits, "redis_cmds/commit")
 	b.ReportMetric(float64(r.redis.inBytes)/commits, "redis_in_B/commit")
 	b.ReportMetric(float64(r.redis.outBytes)/commits, "redis_out_B/commit")
+	if r.steadyCommits > 0 {
+		b.ReportMetric(float64(r.steady.cmds)/float64(r.steadyCommits), "redis_cmds/commit_steady")
+		b.ReportMetric(float64(r.steady.inBytes)/float64(r.steadyCommits), "redis_in_B/commit_steady")
+	}
 	b.ReportMetric(r.metrics.commitP99*1e3, "commit_p99_ms")
 	b.ReportMetric(float64(r.statusMedian.Microseconds())/1e3, "status_ms")
 	b.ReportMetric(float64(r.flowsMedian.Microseconds())/1e3, "flows_ms")
@@ -275,6 +306,10 @@ func reportSweep(b *testing.B, r sweepResult, mb float64) {
 		r.objects, float64(r.objects)/gb, r.metrics.gcsRequests, float64(r.metrics.gcsRequests)/gb, r.metrics.commits, r.metrics.commitP99*1e3,
 		float64(r.redis.cmds)/commits, float64(r.redis.inBytes)/commits, float64(r.redis.outBytes)/commits, r.commitsRun, r.redis.cmds, float64(r.redis.inBytes)/1e6,
 		r.statusN, ms(r.statusMedian), ms(r.statusMax), r.flowsN, ms(r.flowsMedian), ms(r.flowsMax))
+	if r.steadyCommits > 0 {
+		fmt.Printf("            steady, from commit %d after the first record on: %.1f commands and %.0f B in per commit (%d commits); most sent: %s\n",
+			*benchSteadyFlag, float64(r.steady.cmds)/float64(r.steadyCommits), float64(r.steady.inBytes)/float64(r.steadyCommits), r.steadyCommits, r.steadyTop)
+	}
 	if r.restored {
 		fmt.Printf("  restore   flow %s: planning %.2fs (wall %.2fs), peak RSS %.1f MiB\n",
 			r.restoreFlow, r.restorePlan.Seconds(), r.restoreWall.Seconds(), float64(r.restoreMaxRSS)/(1<<20))

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -285,7 +286,7 @@ func BenchmarkPipeline(b *testing.B) {
 		tempDir := filepath.Join(b.TempDir(), "temp")
 		start := time.Now()
 		args := []string{"--group", fmt.Sprintf("bench-pipe-%d", i), "--redis-prefix", prefix, "--gcs-prefix", prefix,
-			"--temp-dir", tempDir, "--flush-interval", sh.interval, "--flush-size", defaults.FlushSize.String(),
+			"--temp-dir", tempDir, "--flush-interval", sh.interval, "--flush-size", cmp.Or(*benchFlushSizeFlag, defaults.FlushSize.String()),
 			"--redis-url", meter.URL}
 		if sh.layout != "" {
 			args = append(args, "--layout", sh.layout)
@@ -302,12 +303,29 @@ func BenchmarkPipeline(b *testing.B) {
 			stopFlows  = make(chan struct{})
 			flowsDone  = func() error { return nil }
 		)
-		pt := waitCommitted(ctx, b, cons.Addr, store, maxResolved, end, sh, func() {
+		// The steady figures leave the first -bench-steady-after commits out:
+		// what a run pays once (every flow's catalog, the session's first
+		// advance, which writes every flow's checkpoint) falls in them.
+		var (
+			steadyFrom    redisTotals
+			steadyCommits int64 = -1
+			steadyStatus  int
+			steadyNames   map[string]int64
+		)
+		pt := waitCommittedEach(ctx, b, cons.Addr, store, maxResolved, end, sh, func() {
 			redisFirst = meter.totals()
 			atFirst = scrapeConsumerMetrics(b, cons.Addr)
 			flowsDone = flows.during(ctx, 5*time.Second, stopFlows)
+		}, func(statusN int) bool {
+			from := meter.totals()
+			m := scrapeConsumerMetrics(b, cons.Addr)
+			if m.commits-atFirst.commits < int64(*benchSteadyFlag) {
+				return false
+			}
+			steadyFrom, steadyCommits, steadyStatus, steadyNames = from, m.commits, statusN, meter.byName()
+			return true
 		})
-		redisDone := meter.totals()
+		redisDone, namesDone := meter.totals(), meter.byName()
 		close(stopFlows)
 		if err := flowsDone(); err != nil {
 			b.Errorf("during the run: %v", err)
@@ -334,11 +352,17 @@ func BenchmarkPipeline(b *testing.B) {
 		if err := cons.Stop(); err != nil {
 			b.Errorf("consumer exit after SIGTERM: %v", err)
 		}
-		sw.redis = redisDone.sub(redisFirst)
-		n := int64(sw.statusN - pt.statusBefore)
-		sw.redis.cmds -= n * statusCost.cmds
-		sw.redis.inBytes -= n * statusCost.inBytes
-		sw.redis.outBytes -= n * statusCost.outBytes
+		less := func(t redisTotals, polls int) redisTotals {
+			n := int64(polls)
+			return redisTotals{cmds: t.cmds - n*statusCost.cmds, inBytes: t.inBytes - n*statusCost.inBytes,
+				outBytes: t.outBytes - n*statusCost.outBytes}
+		}
+		sw.redis = less(redisDone.sub(redisFirst), sw.statusN-pt.statusBefore)
+		if steadyCommits >= 0 && sw.metrics.commits > steadyCommits {
+			sw.steady = less(redisDone.sub(steadyFrom), sw.statusN-steadyStatus)
+			sw.steadyCommits = sw.metrics.commits - steadyCommits
+			sw.steadyTop = topCommands(namesDone, steadyNames, 8)
+		}
 		up := gcsAlone(ctx, b, c, prefix, defaults)
 		floor := measureFloor(ctx, b, c, prefix)
 		floor.raw = rawCPU
@@ -557,14 +581,27 @@ type pipeTimes struct {
 // end of input; then it checks every bench flow's checkpoint once. It calls
 // onFirst, unless nil, when it sees the first record.
 func waitCommitted(ctx context.Context, b *testing.B, addr string, store *meta.Store, ts uint64, end map[int32]int64, sh benchShape, onFirst func()) pipeTimes {
+	return waitCommittedEach(ctx, b, addr, store, ts, end, sh, onFirst, nil)
+}
+
+// waitCommittedEach is waitCommitted that also calls each, unless nil,
+// every 250 ms from the first record on with the number of /status calls
+// answered so far, until it returns true.
+func waitCommittedEach(ctx context.Context, b *testing.B, addr string, store *meta.Store, ts uint64, end map[int32]int64, sh benchShape, onFirst func(), each func(statusN int) bool) pipeTimes {
 	b.Helper()
 	var (
 		pt  = pipeTimes{status: &latencies{}}
 		msg string
 		cl  = &http.Client{Timeout: time.Second}
 	)
-	var polled time.Time
+	var polled, eachAt time.Time
 	for ctx.Err() == nil {
+		if each != nil && !pt.first.IsZero() && time.Since(eachAt) >= 250*time.Millisecond {
+			eachAt = time.Now()
+			if each(len(pt.status.d)) {
+				each = nil
+			}
+		}
 		// /status costs the consumer a Redis round trip and a JSON document
 		// of every flow: every 500 ms is enough for the first record and the
 		// end of input at the resolution the runs need, and keeps the poll from

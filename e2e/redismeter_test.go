@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ type redisMeter struct {
 
 	mu    sync.Mutex
 	conns []net.Conn
+	names map[string]int64 // commands by name
 	wg    sync.WaitGroup
 }
 
@@ -94,6 +96,29 @@ func (m *redisMeter) close() {
 	m.wg.Wait()
 }
 
+// tally counts a command by its name, the size bytes next in br.
+func (m *redisMeter) tally(br *bufio.Reader, size int64) {
+	name := "?"
+	if size <= 32 {
+		if b, err := br.Peek(int(size)); err == nil {
+			name = strings.ToLower(string(b))
+		}
+	}
+	m.mu.Lock()
+	if m.names == nil {
+		m.names = map[string]int64{}
+	}
+	m.names[name]++
+	m.mu.Unlock()
+}
+
+// byName returns the commands counted so far by name.
+func (m *redisMeter) byName() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.names)
+}
+
 // countingReader adds what it reads to n as it reads it.
 type countingReader struct {
 	r io.Reader
@@ -143,7 +168,7 @@ func (m *redisMeter) requests(dst io.Writer, src io.Reader) error {
 			return err
 		}
 		m.cmds.Add(1)
-		for range n {
+		for i := range n {
 			h, err := line()
 			if err != nil {
 				return err
@@ -157,6 +182,9 @@ func (m *redisMeter) requests(dst io.Writer, src io.Reader) error {
 			}
 			if size < 0 {
 				continue
+			}
+			if i == 0 {
+				m.tally(br, size)
 			}
 			c, err := io.CopyN(bw, br, size+2)
 			m.in.Add(c)
@@ -235,6 +263,9 @@ func TestRedisMeter(t *testing.T) {
 		reply = append(reply, buf[:n]...)
 	}
 	got := m.totals()
+	if n := m.byName(); n["incr"] != 10 || n["set"] != 1 || n["exec"] != 1 {
+		t.Errorf("meter counted by name %v, want 10 incr, 1 set, 1 exec", n)
+	}
 	if want := calls() - serverBefore; got.cmds != want || want != 17 {
 		t.Errorf("meter counted %d commands, the server %d (want 17)", got.cmds, want)
 	}
