@@ -162,12 +162,31 @@ func (s *session) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int
 	// Their records in the current generation must not ride along in the
 	// next cycle: that commit would no longer check these partitions'
 	// leases, and whoever owns them now consumes them from the last commit.
+	var mixed []int32
 	for k, f := range s.gen.files {
-		if gone[k.partition] {
+		held := 0
+		for p := range gone {
+			if f.holdsPartition(p) {
+				held++
+			}
+		}
+		switch {
+		case held == 0:
+		case f.key.set == nil || held == len(f.parts):
 			s.gen.bytes -= f.size
 			f.remove()
 			delete(s.gen.files, k)
+		default:
+			mixed = f.parts
 		}
 	}
 	s.gen.last = nil
+	if mixed != nil && s.lost == nil {
+		// A layout v2 file holds these partitions' events beside those of
+		// partitions still owned, and cannot give them back alone: the
+		// session ends, drops what it has not committed and rejoins, and
+		// every partition is consumed again from its last commit.
+		s.lost = fmt.Errorf("%w: partitions %v of %s lost while the current cycle held their events in chunks shared with partitions %v",
+			meta.ErrLeaseLost, lost[s.c.d.ApplyTopic], s.c.d.ApplyTopic, mixed)
+	}
 }

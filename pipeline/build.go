@@ -161,15 +161,18 @@ func fileMeta(tf *tempFile, off int64) sink.FileMeta {
 		IsMeta: tf.key.isMeta, Partition: tf.key.partition,
 	}
 	if tf.key.set != nil {
+		if len(tf.parts) > 0 {
+			fm.Partition = tf.parts[0] // of its first entry; it may hold others'
+		}
 		fm.FlowIDs = tf.key.set.IDs // ascending, and never changed
 		// A chunk of one region says it in region_id, as before chunks
 		// held several; one of several lists their runs, region_id 0.
-		switch len(tf.runs) {
+		switch tf.runs.len() {
 		case 0:
 		case 1:
-			fm.RegionID = tf.runs[0].Region
+			fm.RegionID = tf.runs.last.Region
 		default:
-			fm.Regions = tf.runs
+			fm.Regions = tf.runs.runs()
 		}
 	}
 	return fm

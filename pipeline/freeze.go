@@ -4,6 +4,8 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"time"
+
+	"github.com/flowlog/flowlog/sink"
 )
 
 // freeze ends the current generation and hands it, with the offsets and
@@ -15,6 +17,18 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	gen := s.gen
 	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
 	s.last = now
+	if s.lost != nil {
+		// The generation holds events of lost partitions (onLost): none
+		// of it may commit, and the session is ending. Its partitions'
+		// offsets stay where they were committed.
+		files, _ := gen.seal()
+		for _, f := range files {
+			f.remove()
+		}
+		cyc := &cycle{seq: c.cycleSeq.Add(1), trigger: trigger, done: make(chan struct{}), waiters: waiters}
+		cyc.complete(s.lost)
+		return cyc
+	}
 
 	s.trackBacklog(trigger)
 	files, mem := gen.seal() // the cycle holds no file open while it waits
@@ -29,8 +43,9 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 		waiters: waiters,
 	}
 	cyc.id = newCycleID(now, cyc.seq)
+	var rv resolvedView
 	for _, f := range cyc.files {
-		f.resolvedTS = s.resolvedOf(f)
+		f.resolvedTS = s.resolvedOf(f, &rv)
 	}
 	for _, ps := range s.parts {
 		if ps.next < 0 {
@@ -66,30 +81,42 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 
 // resolvedOf is the resolved ts of a frozen file's chunk: the last resolved
 // ts of its region, or of a layout v2 file the lowest of its regions'
-// (docs/FORMAT.md, "Meta objects, version 2"); 0 for a region the
-// partition no longer tracks. Must hold s.mu.
-func (s *session) resolvedOf(f *tempFile) uint64 {
-	ps := s.parts[f.key.partition]
-	if ps == nil {
-		return 0
-	}
-	at := func(region uint64) uint64 {
-		if rs := ps.regions[region]; rs != nil {
-			return rs.resolved
+// (docs/FORMAT.md, "Meta objects, version 2"); 0 for a region no partition
+// of the session tracks any longer. A layout v2 file holds several
+// partitions' regions: rv, built on first use, holds each region's lowest
+// last resolved ts over the partitions. Must hold s.mu.
+func (s *session) resolvedOf(f *tempFile, rv *resolvedView) uint64 {
+	if f.key.set == nil {
+		if ps := s.parts[f.key.partition]; ps != nil {
+			if rs := ps.regions[f.key.region]; rs != nil {
+				return rs.resolved
+			}
 		}
 		return 0
 	}
-	if f.key.set == nil {
-		return at(f.key.region)
+	if rv.regions == nil {
+		rv.regions = map[uint64]uint64{}
+		for _, ps := range s.parts {
+			for id, rs := range ps.regions {
+				if ts, ok := rv.regions[id]; !ok || rs.resolved < ts {
+					rv.regions[id] = rs.resolved
+				}
+			}
+		}
 	}
 	var res uint64
-	for i, r := range f.runs {
-		if ts := at(r.Region); i == 0 || ts < res {
-			res = ts
+	first := true
+	f.runs.each(func(r sink.RegionRun) {
+		if ts := rv.regions[r.Region]; first || ts < res {
+			res, first = ts, false
 		}
-	}
+	})
 	return res
 }
+
+// resolvedView is the last resolved ts of every region the session
+// tracks, the lowest where partitions share a region, as of a freeze.
+type resolvedView struct{ regions map[uint64]uint64 }
 
 // newCycleID is a cycle's id, <unix ms>-<seq>-<16 hex digits>: the digits
 // are 64 random bits, so that no one can place an object at a name the

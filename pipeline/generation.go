@@ -11,11 +11,15 @@ import (
 // hands the whole generation to a flush cycle and starts a new one, so a
 // frozen file never receives another entry.
 //
-// Its files write to one segment file (segment.go). At most maxOpen of
-// them hold a write buffer at a time: one more makes the least recently
-// appended one write what it holds and give its buffer back first (touch).
-// A generation of 15,000 one-entry files thus needs one descriptor and
-// maxOpen buffers, not 15,000 of each. The consume loop owns the current
+// Its files write to one segment file (segment.go). Their write buffers
+// take at most maxOpen full-size buffers' bytes (maxOpen x tempBufSize) at
+// a time: a buffer more makes the least recently appended files write what
+// they hold and give their buffers back first (touch). Buffers start small
+// (minBufSize), so many files of a few KiB each keep theirs: a file that
+// gives its buffer back writes a raw run, which costs an extent and a
+// read and compression again at the flush (pack.go). A generation of
+// 15,000 one-entry files thus needs one descriptor and at most maxOpen x
+// tempBufSize of buffers, not 15,000 files' of each. The consume loop owns the current
 // generation; seal hands it over with every buffer written and the segment
 // closed, so a frozen cycle holds no descriptor while it waits for the
 // flusher.
@@ -30,6 +34,7 @@ type generation struct {
 	mem     int64     // estimated memory of its files besides buffers (tempFile.mem)
 	raw     int64     // bytes of raw runs: the flusher writes their frames again (pack.go)
 	open    int       // files holding a buffer
+	bufs    int64     // bytes of the buffers they hold (their capacity)
 	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
 	// splits is, for a layout v2 key whose file filled up with region runs,
@@ -106,8 +111,8 @@ func (g *generation) regionFile(key fileKey, region uint64) (*tempFile, error) {
 }
 
 // touch makes t the most recently used file, giving it a buffer (and
-// making the least recently used one write and give back its own when
-// maxOpen hold one) if it has none.
+// making the least recently used ones write and give back their own while
+// the buffers would take more than maxBufBytes) if it has none.
 func (g *generation) touch(t *tempFile) error {
 	if t.active {
 		if g.lru.next != t {
@@ -116,19 +121,39 @@ func (g *generation) touch(t *tempFile) error {
 		}
 		return nil
 	}
-	for g.open >= g.maxOpen {
-		old := g.lru.prev
-		g.unlink(old)
-		g.open--
-		if err := old.shut(); err != nil {
-			return err
-		}
+	if g.bufs+int64(t.bufSize) > g.maxBufBytes() {
+		// The buffers are at their cap: the file takes a small buffer
+		// again, before any other file must give its own back.
+		t.bufSize = minBufSize
+	}
+	if err := g.makeRoom(int64(t.bufSize)); err != nil {
+		return err
 	}
 	t.open()
 	g.pushFront(t)
 	g.open++
+	g.bufs += int64(cap(t.buf))
 	return nil
 }
+
+// makeRoom makes the least recently used files give their buffers back
+// until need more bytes of buffers fit in maxBufBytes (or none is left).
+func (g *generation) makeRoom(need int64) error {
+	for g.open > 0 && g.bufs+need > g.maxBufBytes() {
+		old := g.lru.prev
+		g.unlink(old)
+		g.open--
+		g.bufs -= int64(cap(old.buf))
+		if err := old.shut(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxBufBytes is what the write buffers of the generation's files may take
+// at once: maxOpen full-size buffers.
+func (g *generation) maxBufBytes() int64 { return int64(g.maxOpen) * tempBufSize }
 
 func (g *generation) pushFront(t *tempFile) {
 	t.prev, t.next = &g.lru, g.lru.next
@@ -147,10 +172,11 @@ func (g *generation) forget(t *tempFile) {
 	if t.active {
 		g.unlink(t)
 		g.open--
+		g.bufs -= int64(cap(t.buf))
 	}
 	g.mem -= t.mem()
 	g.raw -= t.raw
-	g.runs -= len(t.runs)
+	g.runs -= t.runs.len()
 	if g.last == t {
 		g.last = nil
 	}
@@ -172,7 +198,7 @@ func (g *generation) seal() (files []*tempFile, mem int64) {
 		t = next
 	}
 	g.lru.prev, g.lru.next = &g.lru, &g.lru
-	g.open = 0
+	g.open, g.bufs = 0, 0
 	for _, t := range g.files {
 		_ = t.seal()
 		t.g = nil

@@ -17,8 +17,9 @@ import (
 	"github.com/flowlog/flowlog/sink"
 )
 
-// A generation keeps at most maxOpen files holding a buffer however many
-// it has: a file that gave its buffer back takes one again for the next
+// A generation keeps its files' write buffers within maxOpen full-size
+// buffers' bytes however many files it has (4 KiB buffers: 8 files hold
+// one under a cap of 1): a file that gave its buffer back takes one again for the next
 // append, and what it holds in the end (bytes, entries, sha256) is what was
 // appended, in order, stored as is or as zstd frames in the generation's
 // segment, with its stored length and CRC32C.
@@ -29,8 +30,9 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 }
 
 func testGenerationCap(t *testing.T, compression string) {
-	const maxOpen, nFiles, rounds = 3, 10, 6
+	const maxOpen, nFiles, rounds = 1, 10, 6
 	g := newGeneration(t.TempDir(), 1, maxOpen, compression)
+	evicted := false
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	want := map[fileKey][]byte{}
 	for round := range rounds {
@@ -51,10 +53,16 @@ func testGenerationCap(t *testing.T, compression string) {
 			}
 			g.bytes += tf.size - before
 			want[key] = event.AppendEntry(want[key], k, v)
-			if open := countOpen(g); open > maxOpen || open != g.open {
-				t.Fatalf("round %d file %d: %d files open (counted %d), cap %d", round, i, open, g.open, maxOpen)
+			open, bufs := countOpen(g), bufBytes(g)
+			if bufs > maxOpen*tempBufSize || open != g.open || bufs != g.bufs {
+				t.Fatalf("round %d file %d: %d files open holding %d bytes of buffers (counted %d and %d), cap %d bytes",
+					round, i, open, bufs, g.open, g.bufs, maxOpen*tempBufSize)
 			}
+			evicted = evicted || open < len(g.files)
 		}
+	}
+	if !evicted {
+		t.Fatal("no file gave its buffer back: the test does not exercise the cap")
 	}
 	var mem int64
 	for _, tf := range g.files {
@@ -148,6 +156,17 @@ func readChunkFile(t *testing.T, tf *tempFile) []byte {
 		t.Fatalf("%s: decompress: %v", tf.name(), err)
 	}
 	return raw
+}
+
+// bufBytes is the capacity of the write buffers g's files hold.
+func bufBytes(g *generation) int64 {
+	var n int64
+	for _, tf := range g.files {
+		if tf.active {
+			n += int64(cap(tf.buf))
+		}
+	}
+	return n
 }
 
 func countOpen(g *generation) int {
@@ -319,7 +338,7 @@ func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
 	if err := packFiles(files); err != nil {
 		t.Fatal(err)
 	}
-	if len(tf.ext) != 1 || tf.ext[0].seg == tf.seg || tf.raw != 0 {
+	if len(tf.ext) != 1 || !tf.ext[0].packed || tf.pack == nil || tf.raw != 0 {
 		t.Fatalf("chunk of %d bytes in %d extents (raw left %d), want one frame in the pack segment", tf.size, len(tf.ext), tf.raw)
 	}
 	if got := readChunkFile(t, tf); !bytes.Equal(got, want) {
@@ -334,10 +353,26 @@ func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
 }
 
 // A file takes a small buffer first and a larger one as it fills it, up to
-// tempBufSize, and the size it reached when it opens again: many small files
-// hold little buffer memory, a busy one writes full-size frames.
+// tempBufSize, while the generation's buffers fit in their cap: many small
+// files hold little buffer memory, a busy one writes full-size frames. At
+// the cap a file's buffer stops growing and goes out as a raw run when
+// full, and no other file gives its buffer back for it; a file that opens
+// again while the buffers are at the cap takes a small buffer.
 func TestBuffersGrowWithTheirFile(t *testing.T) {
-	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	for _, tc := range []struct {
+		name     string
+		maxOpen  int
+		wantBusy int
+	}{
+		{"room to grow", 2, tempBufSize},  // 4 KiB + 32 KiB fit in 64 KiB
+		{"at the cap", 1, 4 * minBufSize}, // 4 KiB + 32 KiB do not fit in 32 KiB; 4 + 16 do
+	} {
+		t.Run(tc.name, func(t *testing.T) { testBuffersGrow(t, tc.maxOpen, tc.wantBusy) })
+	}
+}
+
+func testBuffersGrow(t *testing.T, maxOpen, wantBusy int) {
+	g := newGeneration(t.TempDir(), 1, maxOpen, sink.CompressionZstd)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	file := func(region uint64) *tempFile {
 		f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
@@ -351,6 +386,9 @@ func TestBuffersGrowWithTheirFile(t *testing.T) {
 		if err := f.append(event.AppendDataKey(nil, event.RowKey(1, int64(i)), 1), bytes.Repeat([]byte{'v'}, size), 1, 0); err != nil {
 			t.Fatal(err)
 		}
+		if g.bufs != bufBytes(g) || g.bufs > int64(maxOpen)*tempBufSize {
+			t.Fatalf("buffers hold %d bytes (counted %d), cap %d", bufBytes(g), g.bufs, maxOpen*tempBufSize)
+		}
 	}
 	small, busy := file(1), file(2)
 	put(small, 0, 100)
@@ -358,18 +396,25 @@ func TestBuffersGrowWithTheirFile(t *testing.T) {
 		t.Fatalf("a new file's buffer holds %d bytes, want %d", cap(small.buf), minBufSize)
 	}
 	for i := range 40 {
-		put(busy, i, 1000) // evicts small's buffer
+		put(busy, i, 1000)
 	}
-	if cap(busy.buf) != tempBufSize || busy.bufSize != tempBufSize {
-		t.Fatalf("a busy file's buffer holds %d bytes (opens with %d), want %d", cap(busy.buf), busy.bufSize, tempBufSize)
+	if cap(busy.buf) != wantBusy || busy.bufSize != wantBusy {
+		t.Fatalf("a busy file's buffer holds %d bytes (opens with %d), want %d", cap(busy.buf), busy.bufSize, wantBusy)
 	}
-	put(small, 1, 100) // evicts busy's
-	if cap(small.buf) != minBufSize {
-		t.Fatalf("the small file's buffer grew to %d bytes", cap(small.buf))
+	if !small.active || cap(small.buf) != minBufSize {
+		t.Fatalf("the small file gave its buffer back (active %v, %d bytes) for the busy one", small.active, cap(small.buf))
 	}
-	put(busy, 100, 10)
-	if cap(busy.buf) != tempBufSize {
-		t.Fatalf("the busy file reopened with %d bytes, want %d", cap(busy.buf), tempBufSize)
+	if wantBusy < tempBufSize && busy.raw == 0 {
+		t.Fatal("the busy file at the cap wrote no raw run")
+	}
+
+	// A third file that opens at the cap takes a small buffer, and the
+	// least recently used file gives its own back for it only if that
+	// does not fit.
+	other := file(3)
+	put(other, 200, 10)
+	if cap(other.buf) != minBufSize {
+		t.Fatalf("a file opening at the cap holds %d bytes, want %d", cap(other.buf), minBufSize)
 	}
 	files, _ := g.seal()
 	if err := packFiles(files); err != nil {

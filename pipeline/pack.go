@@ -110,7 +110,7 @@ func (t *tempFile) packRaw(src *os.File, dst *segment) error {
 		if err != nil {
 			return fmt.Errorf("pack %s: %w", t.name(), err)
 		}
-		out = append(out, extent{seg: dst, off: off, len: int64(len(*fb)), crc: sink.CRC32C(*fb)})
+		out = append(out, extent{packed: true, off: off, len: int64(len(*fb)), crc: sink.CRC32C(*fb)})
 		t.stored += int64(len(*fb))
 		buf = append(buf[:0], buf[n:]...)
 		return nil

@@ -114,17 +114,16 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 			noTable++
 			continue
 		}
-		key := fileKey{partition: ps.partition, set: p.set, table: p.table,
-			cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
+		key := fileKey{set: p.set, table: p.table, cf: p.ev.CF, op: p.ev.Op, isMeta: p.isMeta}
 		if p.set != nil {
-			if err := s.appendTo(key, nil, p); err != nil {
+			if err := s.appendTo(key, nil, ps.partition, p); err != nil {
 				return err
 			}
 		}
-		key.region = s.batch.RegionID // layout v1: a file per region
+		key.partition, key.region = ps.partition, s.batch.RegionID // layout v1: a file per partition and region
 		for _, f := range p.flows {
 			key.flow = f.ID
-			if err := s.appendTo(key, f, p); err != nil {
+			if err := s.appendTo(key, f, ps.partition, p); err != nil {
 				return err
 			}
 		}
@@ -145,10 +144,11 @@ func (s *session) handle(ctx context.Context, ps *partState, r *kgo.Record) erro
 	return nil
 }
 
-// appendTo appends p's entry to the temp file of key: of flow f in layout
-// v1, whose key holds the region; in layout v2 (f nil) the key's file of
-// every region, which records the batch's region for the entry.
-func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
+// appendTo appends p's entry, of apply partition part, to the temp file of
+// key: of flow f in layout v1, whose key holds the partition and region; in
+// layout v2 (f nil) the key's file of every partition and region, which
+// records the batch's region and the partition for the entry.
+func (s *session) appendTo(key fileKey, f *meta.Flow, part int32, p *parsedEvent) error {
 	var tf *tempFile
 	var err error
 	if f == nil {
@@ -165,6 +165,7 @@ func (s *session) appendTo(key fileKey, f *meta.Flow, p *parsedEvent) error {
 	}
 	if f == nil {
 		tf.countRegion(s.batch.RegionID)
+		tf.countPartition(part)
 	}
 	s.gen.bytes += tf.size - before
 	return nil

@@ -71,10 +71,10 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 		if f.key.split != uint32(len(runs)) {
 			t.Errorf("file %s is split %d, want %d: splits sort in order", f.name(), f.key.split, len(runs))
 		}
-		runs = append(runs, f.runs)
+		runs = append(runs, f.runs.runs())
 		got = append(got, readChunkFile(t, f)...)
-		if fm.RegionID != 0 || !reflect.DeepEqual(fm.Regions, f.runs) {
-			t.Errorf("file entry of %s: region_id %d, regions %v; want 0 and %v", f.name(), fm.RegionID, fm.Regions, f.runs)
+		if fm.RegionID != 0 || !reflect.DeepEqual(fm.Regions, f.runs.runs()) {
+			t.Errorf("file entry of %s: region_id %d, regions %v; want 0 and %v", f.name(), fm.RegionID, fm.Regions, f.runs.runs())
 		}
 	}
 	if !reflect.DeepEqual(runs, wantRuns) {
@@ -123,28 +123,44 @@ func TestOneRegionChunkHasNoRuns(t *testing.T) {
 }
 
 // A chunk's resolved ts is the lowest last resolved ts of its regions; a
-// region the partition no longer tracks counts as 0.
+// region no partition tracks any longer counts as 0. A layout v2 chunk
+// holds every partition's regions, and a region that two partitions track
+// counts with the lower.
 func TestResolvedOfIsTheLowestOfItsRegions(t *testing.T) {
 	set := &meta.FlowSet{IDs: []meta.FlowID{1}}
-	s := &session{parts: map[int32]*partState{0: {regions: map[uint64]*regionState{
-		1: {resolved: 30}, 2: {resolved: 10}, 3: {resolved: 20},
-	}}}}
+	s := &session{parts: map[int32]*partState{
+		0: {regions: map[uint64]*regionState{1: {resolved: 30}, 2: {resolved: 10}, 3: {resolved: 20}, 8: {resolved: 50}}},
+		1: {regions: map[uint64]*regionState{7: {resolved: 40}, 8: {resolved: 45}}},
+	}}
 	for _, tc := range []struct {
 		name string
 		f    *tempFile
 		want uint64
 	}{
 		{"v1", &tempFile{key: fileKey{region: 3}}, 20},
-		{"v2 one region", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4)}, 30},
-		{"v2 several", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 3, 1, 1, 2)}, 20},
-		{"v2 lowest in the middle", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 2, 1, 3, 2)}, 10},
-		{"v2 untracked region", &tempFile{key: fileKey{set: set}, runs: runsOf(1, 4, 9, 1)}, 0},
-		{"other partition", &tempFile{key: fileKey{partition: 1, set: set}, runs: runsOf(1, 4)}, 0},
+		{"v2 one region", &tempFile{key: fileKey{set: set}, runs: runListOf(1, 4)}, 30},
+		{"v2 several", &tempFile{key: fileKey{set: set}, runs: runListOf(1, 4, 3, 1, 1, 2)}, 20},
+		{"v2 lowest in the middle", &tempFile{key: fileKey{set: set}, runs: runListOf(1, 4, 2, 1, 3, 2)}, 10},
+		{"v2 untracked region", &tempFile{key: fileKey{set: set}, runs: runListOf(1, 4, 9, 1)}, 0},
+		{"v1 other partition", &tempFile{key: fileKey{partition: 1, region: 3}}, 0},
+		{"v2 another partition's region", &tempFile{key: fileKey{set: set}, runs: runListOf(1, 4, 7, 1)}, 30},
+		{"v2 region of two partitions", &tempFile{key: fileKey{set: set}, runs: runListOf(8, 2)}, 45},
 	} {
-		if got := s.resolvedOf(tc.f); got != tc.want {
+		if got := s.resolvedOf(tc.f, &resolvedView{}); got != tc.want {
 			t.Errorf("%s: resolved ts %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// runListOf is the run list of region, entries pairs.
+func runListOf(pairs ...int64) runList {
+	var l runList
+	for i := 0; i+1 < len(pairs); i += 2 {
+		for range pairs[i+1] {
+			l.add(uint64(pairs[i]))
+		}
+	}
+	return l
 }
 
 // runsOf are the runs of region, entries pairs.

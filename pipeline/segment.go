@@ -27,11 +27,24 @@ import (
 // extent is a run of bytes of a segment: stored bytes of a chunk (frames,
 // or the entries of an uncompressed one), or a raw run of a compressed
 // chunk that pack has not compressed yet.
+//
+// An extent holds no pointer (a cycle of thousands of files under eviction
+// has hundreds of thousands of them, which the garbage collector would
+// otherwise scan): it is in its file's segment, or in its pack segment
+// when packed.
 type extent struct {
-	seg      *segment
 	off, len int64
 	crc      uint32 // CRC32C of its bytes
 	raw      bool
+	packed   bool // in the file's pack segment (tempFile.pack), not its seg
+}
+
+// segOf is the segment holding t's extent e.
+func (t *tempFile) segOf(e extent) *segment {
+	if e.packed {
+		return t.pack
+	}
+	return t.seg
 }
 
 // segWriteBuf is how many bytes a segment gathers before one write(2):
@@ -215,15 +228,15 @@ func (r *chunkReader) readExtent(p []byte) (int, error) {
 			continue
 		}
 		e := t.ext[r.ext]
-		if r.seg != e.seg {
+		if seg := t.segOf(e); r.seg != seg {
 			if err := r.Close(); err != nil {
 				return 0, err
 			}
-			f, err := os.Open(e.seg.path)
+			f, err := os.Open(seg.path)
 			if err != nil {
 				return 0, fmt.Errorf("open temp segment: %w", err)
 			}
-			r.seg, r.f = e.seg, f
+			r.seg, r.f = seg, f
 		}
 		n := int(min(int64(len(p)), e.len-r.off))
 		n, err := r.f.ReadAt(p[:n], e.off+r.off)
@@ -232,7 +245,7 @@ func (r *chunkReader) readExtent(p []byte) (int, error) {
 			r.ext, r.off = r.ext+1, 0
 			err = nil
 		} else if errors.Is(err, io.EOF) {
-			err = fmt.Errorf("temp segment %s ends before %d: %w", e.seg.path, e.off+e.len, io.ErrUnexpectedEOF)
+			err = fmt.Errorf("temp segment %s ends before %d: %w", r.seg.path, e.off+e.len, io.ErrUnexpectedEOF)
 		}
 		return n, err
 	}

@@ -47,7 +47,10 @@ type session struct {
 	genSeq  uint64
 	last    time.Time // last freeze
 	closing bool
-	paused  bool
+	// lost ends the session (a meta.ErrLeaseLost) once partitions were
+	// lost whose uncommitted events share temp files with others' (onLost).
+	lost   error
+	paused bool
 
 	flushReq chan chan error
 	stopped  chan struct{}
@@ -143,6 +146,9 @@ func (s *session) loop(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		err = s.process(ctx, fetches, applied)
+		if err == nil {
+			err = s.lost
+		}
 		s.mu.Unlock()
 		s.dec.reset() // what was decompressed for this poll is handled
 		s.cl.AllowRebalance()

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"hash"
 	"math"
+	"slices"
 	"sync"
-	"unsafe"
 
 	"github.com/flowlog/flowlog/event"
 	"github.com/flowlog/flowlog/meta"
@@ -74,10 +74,12 @@ func putBuf(b []byte) {
 // once however many flows cover its table. A set changes when a DDL changes
 // the flows of the table, and new files start (docs/FORMAT.md, "Layout v2").
 //
-// A layout v2 key has no region (region is 0): its file holds the events
-// of every region of the key, and records which region sent each run of
-// them (tempFile.runs), so that files, meta entries and --max-cycle-files
-// follow tables, not tables x regions. A file that holds maxChunkRuns runs
+// A layout v2 key has no region and no partition (both 0): its file holds
+// the events of every region of the key, from every apply partition the
+// replica owns, and records which region sent each run of them
+// (tempFile.runs) and which partitions they came from (tempFile.parts), so
+// that files, meta entries and --max-cycle-files follow tables, not tables
+// x partitions x regions. A file that holds maxChunkRuns runs
 // takes no other region: the key goes on in a new file of the generation,
 // split one higher (generation.regionFile), which sorts after it.
 type fileKey struct {
@@ -101,9 +103,6 @@ func (k fileKey) base() fileKey {
 // maxChunkRuns is the most region runs a layout v2 file takes
 // (sink.MaxChunkRuns); a variable so that a test can lower it.
 var maxChunkRuns = sink.MaxChunkRuns
-
-// runSize is the memory of one region run of a file.
-const runSize = int64(unsafe.Sizeof(sink.RegionRun{}))
 
 // tempFile is one append-only temp file: a chunk of a data object in the
 // making. It frames entries into a buffer and hashes and writes the buffer
@@ -159,7 +158,10 @@ type tempFile struct {
 	sum            string // hex sha256, set by seal
 	// runs are the regions of a layout v2 file's entries, in entry order:
 	// each run the region of that many consecutive entries (countRegion).
-	runs sink.RegionRuns
+	runs runList
+	// parts are the apply partitions of a layout v2 file's entries, each
+	// once, in the order their first entry came (countPartition).
+	parts []int32
 }
 
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
@@ -178,28 +180,47 @@ func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string)
 // and only a file that keeps giving its buffer back under the cap has many
 // more.)
 func (t *tempFile) mem() int64 {
-	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey)) + int64(cap(t.runs))*runSize
+	return fileOverhead + int64(cap(t.minKey)+cap(t.maxKey)) + t.runs.mem() + int64(cap(t.parts))*4
+}
+
+// countPartition records that the entry just appended came from apply
+// partition p (layout v2).
+func (t *tempFile) countPartition(p int32) {
+	if n := len(t.parts); n > 0 && t.parts[n-1] == p || slices.Contains(t.parts, p) {
+		return
+	}
+	before := t.mem()
+	t.parts = append(t.parts, p)
+	if t.g != nil {
+		t.g.mem += t.mem() - before
+	}
+}
+
+// holdsPartition reports whether an entry of the file came from apply
+// partition p: its key's partition in layout v1, one of parts in layout v2.
+func (t *tempFile) holdsPartition(p int32) bool {
+	if t.key.set == nil {
+		return t.key.partition == p
+	}
+	return slices.Contains(t.parts, p)
 }
 
 // takesRegion reports whether an entry of region may go into the file: a
 // layout v2 file takes a new run while it has fewer than maxChunkRuns.
 func (t *tempFile) takesRegion(region uint64) bool {
-	n := len(t.runs)
-	return n < maxChunkRuns || t.runs[n-1].Region == region
+	return t.runs.len() < maxChunkRuns || t.runs.last.Region == region
 }
 
 // countRegion records that the entry just appended came from region: one
 // more entry of the last run, or a new run.
 func (t *tempFile) countRegion(region uint64) {
-	if k := len(t.runs) - 1; k >= 0 && t.runs[k].Region == region {
-		t.runs[k].Entries++
-		return
-	}
-	before := cap(t.runs)
-	t.runs = append(t.runs, sink.RegionRun{Region: region, Entries: 1})
+	before := t.runs.mem()
+	started := t.runs.add(region)
 	if t.g != nil {
-		t.g.mem += int64(cap(t.runs)-before) * runSize
-		t.g.runs++
+		t.g.mem += t.runs.mem() - before
+		if started {
+			t.g.runs++
+		}
 	}
 }
 
@@ -209,18 +230,16 @@ func (t *tempFile) name() string {
 	if t.key.isMeta {
 		meta = "-meta"
 	}
-	flow := fmt.Sprintf("f%d", t.key.flow)
 	if s := t.key.set; s != nil {
-		flow = fmt.Sprintf("s%d+%d", s.IDs[0], len(s.IDs)-1)
-	}
-	region := fmt.Sprintf("-r%d", t.key.region)
-	if s := t.key.set; s != nil {
-		region = "" // every region of the key
+		// Every partition and region of the key.
+		split := ""
 		if t.key.split > 0 {
-			region = fmt.Sprintf("-n%d", t.key.split)
+			split = fmt.Sprintf("-n%d", t.key.split)
 		}
+		return fmt.Sprintf("s%d+%d-t%d%s-%s-%s%s", s.IDs[0], len(s.IDs)-1, t.key.table, split,
+			sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
 	}
-	return fmt.Sprintf("%s-p%d-t%d%s-%s-%s%s", flow, t.key.partition, t.key.table, region,
+	return fmt.Sprintf("f%d-p%d-t%d-r%d-%s-%s%s", t.key.flow, t.key.partition, t.key.table, t.key.region,
 		sink.CFName(t.key.cf), sink.OpName(t.key.op), meta)
 }
 
@@ -277,9 +296,26 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	memBefore := t.mem()
 	n := event.EntrySize(key, value)
 	if len(t.buf)+n > cap(t.buf) && cap(t.buf) < tempBufSize && n <= tempBufSize {
-		t.grow(len(t.buf) + n)
+		if size := t.growTo(len(t.buf) + n); t.mayGrow(size) {
+			t.grow(size)
+		}
 	}
-	if len(t.buf)+n > cap(t.buf) {
+	switch {
+	case len(t.buf)+n <= cap(t.buf):
+	case cap(t.buf) < tempBufSize:
+		// A small buffer that may not grow (the generation's buffers are
+		// at their cap) is written out as it is: a raw run of a
+		// compressed file, which the flush packs with the file's other
+		// raw runs into full-size frames (pack.go). Letting it grow would
+		// make other files give their buffers back after an entry or two,
+		// a raw run and an extent per entry.
+		if err := t.writeQueued(); err != nil {
+			return err
+		}
+		if err := t.spill(); err != nil {
+			return err
+		}
+	default:
 		if err := t.queueBuf(); err != nil {
 			return err
 		}
@@ -315,14 +351,30 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 	return nil
 }
 
-// grow moves the buffer to one of at least need bytes (up to tempBufSize),
-// which the file also takes on its next opens.
-func (t *tempFile) grow(need int) {
+// growTo is the buffer size the file grows to for need bytes: its size
+// doubled until need fits, at most tempBufSize.
+func (t *tempFile) growTo(need int) int {
 	size := cap(t.buf)
 	for size < need && size < tempBufSize {
 		size *= 2
 	}
+	return size
+}
+
+// mayGrow reports whether the file's buffer may grow to size: the
+// generation's buffers stay within its cap (generation.maxBufBytes).
+func (t *tempFile) mayGrow(size int) bool {
+	g := t.g
+	return g == nil || !t.active || g.bufs+int64(size-cap(t.buf)) <= g.maxBufBytes()
+}
+
+// grow moves the buffer to one of size bytes (growTo), which the file also
+// takes on its next opens.
+func (t *tempFile) grow(size int) {
 	nb := append(getBuf(size), t.buf...)
+	if g := t.g; g != nil && t.active {
+		g.bufs += int64(cap(nb) - cap(t.buf))
+	}
 	putBuf(t.buf)
 	t.buf, t.bufSize = nb, size
 }
@@ -379,14 +431,14 @@ func (t *tempFile) write(raw []byte) error {
 // and the stored length.
 func (t *tempFile) writeOut(raw, out []byte) error {
 	t.hash.Write(raw)
-	return t.store(t.seg, out, false)
+	return t.store(out, false)
 }
 
 // writeRaw hashes the framed bytes raw and writes them to the segment as a
 // raw run of a compressed file: pack turns its raw runs into frames.
 func (t *tempFile) writeRaw(raw []byte) error {
 	t.hash.Write(raw)
-	if err := t.store(t.seg, raw, true); err != nil {
+	if err := t.store(raw, true); err != nil {
 		return err
 	}
 	t.raw += int64(len(raw))
@@ -396,22 +448,22 @@ func (t *tempFile) writeRaw(raw []byte) error {
 	return nil
 }
 
-// store writes p to seg and adds its extent, merged with the last one when
-// they are adjacent and of one kind.
-func (t *tempFile) store(seg *segment, p []byte, raw bool) error {
+// store writes p to the file's segment and adds its extent, merged with
+// the last one when they are adjacent and of one kind.
+func (t *tempFile) store(p []byte, raw bool) error {
 	if len(p) == 0 {
 		return nil
 	}
-	off, err := seg.write(p)
+	off, err := t.seg.write(p)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", t.name(), err)
 	}
 	n := int64(len(p))
-	if k := len(t.ext) - 1; k >= 0 && t.ext[k].seg == seg && t.ext[k].raw == raw && t.ext[k].off+t.ext[k].len == off {
+	if k := len(t.ext) - 1; k >= 0 && !t.ext[k].packed && t.ext[k].raw == raw && t.ext[k].off+t.ext[k].len == off {
 		t.ext[k].crc = sink.UpdateCRC32C(t.ext[k].crc, p)
 		t.ext[k].len += n
 	} else {
-		t.ext = append(t.ext, extent{seg: seg, off: off, len: n, crc: sink.CRC32C(p), raw: raw})
+		t.ext = append(t.ext, extent{off: off, len: n, crc: sink.CRC32C(p), raw: raw})
 	}
 	t.stored += n
 	return nil
