@@ -54,9 +54,10 @@ type Config struct {
 	// to loopback clients.
 	AdminToken     string
 	AdminTokenFile string
-	// MaxOpenFiles caps the temp files holding a write buffer (up to 32 KiB) at
-	// once (they share one segment file per generation, segment.go); New
-	// lowers it to half the soft RLIMIT_NOFILE. Zero means 1024.
+	// MaxOpenFiles caps the write buffers of temp files at MaxOpenFiles
+	// full-size (32 KiB) buffers' bytes at once (the files share one
+	// segment file per generation, segment.go); New lowers it to half the
+	// soft RLIMIT_NOFILE. Zero means 1024.
 	MaxOpenFiles int
 	// MaxCycleFiles freezes a cycle when its generation has this many temp
 	// files; fetching pauses while current and in-flight cycles hold more
@@ -108,7 +109,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.FlushSize, "flush-size", "start a flush cycle when temp files reach this size (bytes, or B/KiB/MiB/GiB)")
 	f.DurationVar(&c.FlushInterval, "flush-interval", time.Minute, "start a flush cycle when 0.8x this has passed since the last one")
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
-	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "temp files holding a write buffer (4-32KiB) at once (more write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
+	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "write buffers (4-32KiB each) of temp files, in 32KiB buffers: at most this x 32KiB at once (past it a full buffer goes to disk as it is, and files write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
 	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches, temp file buffers and GCS upload chunks get a quarter each and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply records, and events of them, with a key or value larger than this go to the DLQ (sizes after decompression)")
