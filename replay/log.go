@@ -175,7 +175,7 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 			if err := l.w.send(ctx, &l.batch); err != nil {
 				return err
 			}
-			l.batch.Events, l.batchBytes = l.batch.Events[:0], 0
+			l.batch.Events, l.batchBytes = dropEvents(l.batch.Events), 0
 		}
 		l.batch.Events = append(l.batch.Events, event.Event{Key: key, Value: value, CF: cf, Op: op})
 		l.batchBytes += len(key) + len(value)
@@ -193,8 +193,17 @@ func (l *logRun) replayJob(ctx context.Context, j *job, data []byte) error {
 // startBatch starts the records of a run of region's entries, at the
 // region's resolved ts so far.
 func (l *logRun) startBatch(region uint64) {
-	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: l.batch.Events[:0]}
+	l.batch = event.Batch{RegionID: region, ResolvedTS: l.resolved[region], Events: dropEvents(l.batch.Events)}
 	l.batchBytes = 0
+}
+
+// dropEvents empties a batch's events for reuse. Its keys and values are
+// slices of the chunk they were read from: left in the backing array, they
+// would keep old chunks alive past the read-ahead's memory budget (a
+// chunk of a large cycle is tens of MB).
+func dropEvents(evs []event.Event) []event.Event {
+	clear(evs)
+	return evs[:0]
 }
 
 // endRun sends what the batch of a run of region holds. After the
