@@ -16,6 +16,15 @@ import (
 // may hold, at most 32 MiB.
 func producerMemory(maxMemory int64) int64 { return min(maxMemory/4, 32<<20) }
 
+// chunkMemory is the share of MaxMemory the chunks read ahead may hold:
+// what the producer's queue leaves, less as much again for the rest of the
+// process (its code, the batches being encoded, the garbage collector's
+// slack), so that the replay's peak RSS stays near MaxMemory. With all of
+// the rest for chunks a 128 MiB replay peaked at 189-200 MiB.
+func chunkMemory(maxMemory int64) int64 {
+	return maxMemory - 2*producerMemory(maxMemory)
+}
+
 // ProducerMemory is the bytes of queued records a target for a replay with
 // memory budget maxMemory should hold at most (NewKafkaTarget's
 // maxBuffered): the rest of the budget holds chunks.
@@ -115,7 +124,7 @@ func runLog(ctx context.Context, b sink.Bucket, f sink.Flow, plan backup.ReadPla
 	}
 	linkRegions(jobs)
 	l.progress.ChunksTotal = len(jobs)
-	err = readAhead(ctx, b, jobs, req.Parallel, req.MaxMemory-producerMemory(req.MaxMemory), func(i int, data []byte) error {
+	err = readAhead(ctx, b, jobs, req.Parallel, chunkMemory(req.MaxMemory), func(i int, data []byte) error {
 		if err := l.replayJob(ctx, &jobs[i], data); err != nil {
 			return err
 		}
