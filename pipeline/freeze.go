@@ -21,10 +21,7 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 		// The generation holds events of lost partitions (onLost): none
 		// of it may commit, and the session is ending. Its partitions'
 		// offsets stay where they were committed.
-		files, _ := gen.seal()
-		for _, f := range files {
-			f.remove()
-		}
+		gen.drop()
 		cyc := &cycle{seq: c.cycleSeq.Add(1), trigger: trigger, done: make(chan struct{}), waiters: waiters}
 		cyc.complete(s.lost)
 		return cyc

@@ -19,10 +19,10 @@ import (
 // gives its buffer back writes a raw run, which costs an extent and a
 // read and compression again at the flush (pack.go). A generation of
 // 15,000 one-entry files thus needs one descriptor and at most maxOpen x
-// tempBufSize of buffers, not 15,000 files' of each. The consume loop owns the current
-// generation; seal hands it over with every buffer written and the segment
-// closed, so a frozen cycle holds no descriptor while it waits for the
-// flusher.
+// tempBufSize of buffers, not 15,000 of each. The consume loop owns the
+// current generation; seal hands it over with every buffer written and
+// the segment closed, so a frozen cycle holds no descriptor while it
+// waits for the flusher.
 type generation struct {
 	id      uint64
 	root    string
@@ -181,6 +181,15 @@ func (g *generation) forget(t *tempFile) {
 		g.last = nil
 	}
 	t.g = nil
+}
+
+// drop removes every file of the generation unwritten: what it holds is
+// not to be committed. The generation takes no appends after it.
+func (g *generation) drop() {
+	for _, t := range g.files {
+		t.remove()
+	}
+	g.files, g.pending, g.npending = map[fileKey]*tempFile{}, nil, 0
 }
 
 // seal writes what every file of the generation buffers, fixes their

@@ -416,6 +416,14 @@ func testBuffersGrow(t *testing.T, maxOpen, wantBusy int) {
 	if cap(other.buf) != minBufSize {
 		t.Fatalf("a file opening at the cap holds %d bytes, want %d", cap(other.buf), minBufSize)
 	}
+	// An entry larger than its small buffer, which may not grow, goes out
+	// as a raw run too (packed at the flush), not as a frame of its own.
+	if wantBusy < tempBufSize {
+		put(other, 201, 20000)
+		if cap(other.buf) != minBufSize || other.raw < 20000 {
+			t.Fatalf("after a 20000-byte entry at the cap: buffer %d bytes, %d bytes of raw runs; want %d and the entry raw", cap(other.buf), other.raw, minBufSize)
+		}
+	}
 	files, _ := g.seal()
 	if err := packFiles(files); err != nil {
 		t.Fatal(err)

@@ -293,9 +293,7 @@ func (s *session) dropAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closing = true
-	for _, f := range s.gen.files {
-		f.remove()
-	}
+	s.gen.drop()
 	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles, s.c.cfg.Compression)
 }
 

@@ -175,7 +175,7 @@ func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string)
 }
 
 // mem is the estimated memory the file holds besides its buffer: its
-// bookkeeping and key copies. (Its extents, 16 bytes per run of frames in
+// bookkeeping and key copies. (Its extents, 24 bytes per run of frames in
 // the segment, are not counted: one per full buffer is 0.05% of the bytes,
 // and only a file that keeps giving its buffer back under the cap has many
 // more.)
@@ -320,7 +320,8 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 			return err
 		}
 	}
-	if n > cap(t.buf) {
+	switch {
+	case n > tempBufSize:
 		// A large entry goes straight through, hashed on the way, after
 		// what the file has queued.
 		if err := t.writeQueued(); err != nil {
@@ -329,7 +330,20 @@ func (t *tempFile) append(key, value []byte, ts, beginTS uint64) error {
 		if err := t.write(event.AppendEntry(make([]byte, 0, n), key, value)); err != nil {
 			return err
 		}
-	} else {
+	case n > cap(t.buf):
+		// Larger than a small buffer that may not grow: written as that
+		// buffer is (spill), through a pooled buffer, so that the consume
+		// loop neither compresses a frame nor allocates per entry.
+		if err := t.writeQueued(); err != nil {
+			return err
+		}
+		b := event.AppendEntry(getBuf(t.growTo(n)), key, value)
+		err := t.writeAsIs(b)
+		putBuf(b)
+		if err != nil {
+			return err
+		}
+	default:
 		t.buf = event.AppendEntry(t.buf, key, value)
 	}
 	t.size += int64(n)
@@ -388,17 +402,20 @@ func (t *tempFile) spill() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
-	var err error
-	if t.zstd {
-		err = t.writeRaw(t.buf)
-	} else {
-		err = t.write(t.buf)
-	}
-	if err != nil {
+	if err := t.writeAsIs(t.buf); err != nil {
 		return err
 	}
 	t.buf = t.buf[:0]
 	return nil
+}
+
+// writeAsIs writes framed bytes not yet compressed: as a raw run when the
+// file is compressed (pack.go), as its stored bytes otherwise.
+func (t *tempFile) writeAsIs(raw []byte) error {
+	if t.zstd {
+		return t.writeRaw(raw)
+	}
+	return t.write(raw)
 }
 
 // frameBufs holds the buffers zstd frames are compressed into on their way
