@@ -27,7 +27,7 @@ func chunkMemory(maxMemory int64) int64 {
 
 // ProducerMemory is the bytes of queued records a target for a replay with
 // memory budget maxMemory should hold at most (NewKafkaTarget's
-// maxBuffered): the rest of the budget holds chunks.
+// maxBuffered); chunks read ahead hold what chunkMemory leaves them.
 func ProducerMemory(maxMemory int64) int64 {
 	if maxMemory <= 0 {
 		maxMemory = 128 << 20
