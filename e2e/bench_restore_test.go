@@ -119,9 +119,12 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 // restoreBenchReplay makes BenchmarkRestore replay the flow after each
-// restore.
-var restoreBenchReplay = flag.Bool("restore-replay", true,
-	"BenchmarkRestore: also replay (--mode log) the restored flow into a fresh topic of the benchmark's broker, with the same --max-memory")
+// restore, with restoreBenchCompression.
+var (
+	restoreBenchReplay = flag.Bool("restore-replay", true,
+		"BenchmarkRestore: also replay (--mode log) the restored flow into a fresh topic of the benchmark's broker, with the same --max-memory")
+	restoreBenchCompression = flag.String("restore-replay-compression", "", "BenchmarkRestore: the replay's --compression (default: its own default)")
+)
 
 // replayMeasure is what one measured replay did.
 type replayMeasure struct {
@@ -153,6 +156,9 @@ func replayMeasured(ctx context.Context, b *testing.B, c *cluster, mem, topic st
 	args = append(args, "--brokers", c.Broker.Addr, "--flow", restoreBenchFlow, "--to-topic", topic, "--mode", "log", "--json")
 	if mem != "" {
 		args = append(args, "--max-memory", mem)
+	}
+	if *restoreBenchCompression != "" {
+		args = append(args, "--compression", *restoreBenchCompression)
 	}
 	cmd, peak := peakCommand(ctx, b, binary(b, "consumer"), args...)
 	var out, errOut bytes.Buffer

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,25 @@ type KafkaTargetConfig struct {
 	// the broker's message.max.bytes when the topic does not set its
 	// own).
 	MaxMessageBytes int32
+	// Compression is the record batches' codec: none, gzip, snappy, lz4
+	// or zstd (empty: snappy, franz-go's default).
+	Compression string
 }
+
+// Compressions are the codecs a KafkaTarget takes, by name.
+var Compressions = map[string]kgo.CompressionCodec{
+	"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
+}
+
+// KnownCompression reports whether name is one of Compressions.
+func KnownCompression(name string) bool {
+	_, ok := Compressions[name]
+	return ok
+}
+
+// ErrCompression marks a compression name a KafkaTarget does not take.
+var ErrCompression = errors.New("unknown compression: want none, gzip, snappy, lz4 or zstd")
 
 // KafkaTarget writes to a topic with franz-go's idempotent producer:
 // records of a partition are written in order and once, across retries,
@@ -100,8 +119,12 @@ func NewKafkaTarget(ctx context.Context, cfg KafkaTargetConfig, opts ...kgo.Opt)
 	if maxBatch < minBatchBytes {
 		return nil, fmt.Errorf("topic %s: max message bytes %d: the producer takes at least %d", cfg.Topic, maxBatch, minBatchBytes)
 	}
+	codec, ok := Compressions[cmp.Or(cfg.Compression, "snappy")]
+	if !ok {
+		return nil, fmt.Errorf("compression %q: %w", cfg.Compression, ErrCompression)
+	}
 	all := append([]kgo.Opt{kgo.RecordDeliveryTimeout(deliveryTimeout)}, opts...)
-	all = append(all, kgo.DefaultProduceTopic(cfg.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	all = append(all, kgo.DefaultProduceTopic(cfg.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(codec),
 		kgo.MaxBufferedBytes(int(cfg.MaxBuffered)), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(maxBatch), kgo.BrokerMaxWriteBytes(max(100<<20, maxBatch+64<<10)))
 	cl, err := kgo.NewClient(all...)

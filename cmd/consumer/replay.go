@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -31,6 +32,7 @@ type replayConfig struct {
 	FromBucket bool
 	MaxMemory  cli.Size
 	MaxMessage cli.Size
+	Compress   string
 	Parallel   int
 	TempDir    string
 	metrics    opMetrics
@@ -53,6 +55,7 @@ func (c *replayConfig) RegisterFlags(f *flag.FlagSet) {
 	c.MaxMemory = 128 << 20
 	f.Var(&c.MaxMemory, "max-memory", "chunk bytes and queued records held at once; also the Go soft memory limit unless GOMEMLIMIT is set")
 	f.Var(&c.MaxMessage, "max-message-bytes", "largest record batch --to-topic takes (default 0: the topic's max.message.bytes, as its brokers describe it)")
+	f.StringVar(&c.Compress, "compression", "snappy", "record batch compression: none, gzip, snappy, lz4 or zstd")
 	f.IntVar(&c.Parallel, "parallel", 4, "chunks read at once")
 	f.StringVar(&c.TempDir, "temp-dir", os.TempDir(), "directory for sorted runs while reading the state (--mode state)")
 	c.metrics.RegisterFlags(f)
@@ -82,6 +85,8 @@ func (c *replayConfig) check() error {
 		return errors.New("--from applies to --mode log only: --mode state publishes the state at --to")
 	case c.Parallel < 1:
 		return errors.New("--parallel: must be at least 1")
+	case !replay.KnownCompression(c.Compress):
+		return fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", c.Compress)
 	case c.MaxMessage != 0 && (c.MaxMessage < 512 || c.MaxMessage > 1<<30):
 		return fmt.Errorf("--max-message-bytes %d: want 512 bytes to 1 GiB", int64(c.MaxMessage))
 	case c.To.ts != 0 && c.From.ts >= c.To.ts:
@@ -104,6 +109,11 @@ func runReplay(ctx context.Context, args []string) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(int64(cfg.MaxMemory))
 	}
+	stopProfile, err := startCPUProfile(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	b, st, closeBackup, err := cfg.conn.openBackup(ctx, cfg.FromBucket, cfg.Parallel)
 	if err != nil {
 		return err
@@ -118,7 +128,7 @@ func runReplay(ctx context.Context, args []string) error {
 		return err
 	}
 	t, err := replay.NewKafkaTarget(ctx, replay.KafkaTargetConfig{Topic: cfg.ToTopic, MaxBuffered: replay.ProducerMemory(int64(cfg.MaxMemory)),
-		MaxMessageBytes: int32(cfg.MaxMessage)}, opts...)
+		MaxMessageBytes: int32(cfg.MaxMessage), Compression: cfg.Compress}, opts...)
 	if err != nil {
 		return err
 	}

@@ -90,6 +90,7 @@ func TestReplayCommandUsage(t *testing.T) {
 		{[]string{"--flow", "f"}, "--to-topic is required"},
 		{[]string{"--flow", "f", "--to-topic", "x", "--mode", "nope"}, `--mode "nope"`},
 		{[]string{"--flow", "f", "--to-topic", "x", "--format", "xml"}, `--format "xml"`},
+		{[]string{"--flow", "f", "--to-topic", "x", "--compression", "brotli"}, `--compression "brotli": want none, gzip, snappy, lz4 or zstd`},
 		{[]string{"--flow", "f", "--to-topic", "x", "--mode", "state", "--from", "5"}, "--from applies to --mode log only"},
 		{[]string{"--flow", "f", "--to-topic", "x", "--from", "9", "--to", "5"}, "is not before --to"},
 	} {
