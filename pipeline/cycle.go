@@ -82,7 +82,8 @@ func (cyc *cycle) discard() {
 }
 
 // attempt is one try of a cycle: upload what is not uploaded yet, commit in
-// Redis, commit in Kafka, advance the checkpoint.
+// Redis, commit in Kafka. The checkpoint advance follows on its own
+// goroutine (flusher.committed).
 func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	c := f.c
 	if err := f.seal(cyc); err != nil {
@@ -116,25 +117,6 @@ func (f *flusher) attempt(ctx context.Context, cyc *cycle) error {
 	f.commitKafka(ctx, cyc)
 	c.m.flushDuration.WithLabelValues("kafka_commit").Observe(time.Since(start).Seconds())
 
-	start = time.Now()
-	if err := f.advanceCheckpoint(ctx); err != nil {
-		c.log.Warn("advancing the global checkpoint failed; retried next cycle", "err", err)
-	}
-	c.m.flushDuration.WithLabelValues("checkpoint").Observe(time.Since(start).Seconds())
-
-	c.lastCyc.Store(&CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
-		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()})
-	// An interval cycle without files (offsets and checkpoints only) is
-	// most of an idle consumer's cycles: debug, so that the log holds what
-	// moved data. A stop's or a revoke's cycle is logged even when empty:
-	// it says the stop committed.
-	level := slog.LevelInfo
-	if len(cyc.files) == 0 && cyc.trigger == triggerInterval {
-		level = slog.LevelDebug
-	}
-	c.log.Log(ctx, level, "flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
-		"bytes", cyc.bytes, "flows", len(cyc.flows), "objects", 2*len(cyc.uploads), "partitions", len(cyc.parts),
-		"took", time.Since(cyc.started).Round(time.Millisecond))
 	return nil
 }
 
@@ -184,4 +166,23 @@ func (f *flusher) seal(cyc *cycle) error {
 	cyc.closed = true
 	f.c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// announce records a committed cycle for /status and logs it, once the
+// checkpoint advance after its commit has run.
+func (f *flusher) announce(cyc *cycle) {
+	c := f.c
+	c.lastCyc.Store(&CycleStatus{ID: cyc.id, Trigger: cyc.trigger, Files: len(cyc.files), Bytes: cyc.bytes,
+		Flows: len(cyc.flows), Finished: time.Now().UTC(), Duration: time.Since(cyc.started).Seconds()})
+	// An interval cycle without files (offsets and checkpoints only) is
+	// most of an idle consumer's cycles: debug, so that the log holds what
+	// moved data. A stop's or a revoke's cycle is logged even when empty:
+	// it says the stop committed.
+	level := slog.LevelInfo
+	if len(cyc.files) == 0 && cyc.trigger == triggerInterval {
+		level = slog.LevelDebug
+	}
+	c.log.Log(context.Background(), level, "flush cycle committed", "cycle", cyc.id, "trigger", cyc.trigger, "files", len(cyc.files),
+		"bytes", cyc.bytes, "flows", len(cyc.flows), "objects", 2*len(cyc.uploads), "partitions", len(cyc.parts),
+		"took", time.Since(cyc.started).Round(time.Millisecond))
 }

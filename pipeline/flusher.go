@@ -50,6 +50,13 @@ type flusher struct {
 	ckptWritten   uint64
 	catalogsInit  bool
 	flowCkptsDone bool
+
+	// advWait are the cycles committed since the advance in progress
+	// started, in commit order: the next advance completes them
+	// (advanceLoop). advWake has room for one wake-up.
+	advMu   sync.Mutex
+	advWait []*cycle
+	advWake chan struct{}
 }
 
 // failingCycle is a cycle whose attempts keep failing.
@@ -93,20 +100,83 @@ func (f *flusher) stuck() error {
 }
 
 func newFlusher(c *Consumer) *flusher {
-	return &flusher{c: c, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
+	return &flusher{c: c, wake: make(chan struct{}, 1), kickCh: make(chan struct{}, 1), advWake: make(chan struct{}, 1),
+		kafkaPending: map[int32]int64{}, kafkaGone: map[int32]bool{}}
 }
 
 // start runs the flusher on a goroutine of its own with the session's
-// clients, until close and an empty queue or ctx's end; done is closed when
-// it has returned.
+// clients, until close and an empty queue or ctx's end, and the checkpoint
+// advances on another (advanceLoop); done is closed when both have
+// returned.
 func (f *flusher) start(ctx context.Context, cl *kgo.Client, adm *kadm.Client) (done <-chan struct{}) {
 	f.cl, f.adm = cl, adm
 	ch := make(chan struct{})
+	stop := make(chan struct{})
+	advDone := make(chan struct{})
+	go func() {
+		defer close(advDone)
+		f.advanceLoop(ctx, stop)
+	}()
 	go func() {
 		defer close(ch)
 		f.run(ctx)
+		close(stop)
+		<-advDone
 	}()
 	return ch
+}
+
+// committed hands a cycle that committed to the checkpoint advance: it is
+// complete (its waiters told) once an advance that started after its
+// commit has run. The flusher goes on with the next cycle meanwhile, so an
+// advance that takes long (the first at width writes every flow's catalog)
+// no longer holds the next upload back. The cycle's waiters (POST /flush, a
+// revoke, the stop) still see the checkpoint that its commit allows.
+func (f *flusher) committed(cyc *cycle) {
+	f.mu.Lock()
+	f.dropInflight(cyc)
+	f.mu.Unlock()
+	f.advMu.Lock()
+	f.advWait = append(f.advWait, cyc)
+	f.advMu.Unlock()
+	select {
+	case f.advWake <- struct{}{}:
+	default:
+	}
+}
+
+// advanceLoop advances the checkpoint after commits, one advance for every
+// cycle that committed while the one before ran, and completes those
+// cycles. Once stop is closed it runs one last advance for what is left
+// and returns. An advance that fails is logged and retried after the next
+// commit (an interval cycle commits even without new data).
+func (f *flusher) advanceLoop(ctx context.Context, stop <-chan struct{}) {
+	for {
+		stopped := false
+		select {
+		case <-f.advWake:
+		case <-stop:
+			stopped = true
+		}
+		f.advMu.Lock()
+		batch := f.advWait
+		f.advWait = nil
+		f.advMu.Unlock()
+		if len(batch) > 0 {
+			start := time.Now()
+			if err := f.advanceCheckpoint(ctx); err != nil {
+				f.c.log.Warn("advancing the global checkpoint failed; retried after the next commit", "err", err)
+			}
+			f.c.m.flushDuration.WithLabelValues("checkpoint").Observe(time.Since(start).Seconds())
+			for _, cyc := range batch {
+				f.announce(cyc)
+				cyc.complete(nil)
+			}
+		}
+		if stopped {
+			return
+		}
+	}
 }
 
 // enqueue hands a frozen cycle over. It never blocks.
@@ -209,6 +279,13 @@ func (f *flusher) next() *cycle {
 
 func (f *flusher) finish(cyc *cycle, err error) {
 	f.mu.Lock()
+	f.dropInflight(cyc)
+	f.mu.Unlock()
+	cyc.complete(err)
+}
+
+// dropInflight removes cyc from the cycles in flight, under mu.
+func (f *flusher) dropInflight(cyc *cycle) {
 	for i, c := range f.inflight {
 		if c == cyc {
 			f.inflight = append(f.inflight[:i], f.inflight[i+1:]...)
@@ -216,8 +293,6 @@ func (f *flusher) finish(cyc *cycle, err error) {
 		}
 	}
 	f.c.m.inflightCycles.Set(float64(len(f.inflight)))
-	f.mu.Unlock()
-	cyc.complete(err)
 }
 
 // run processes cycles until close is called and the queue is empty, or ctx
@@ -231,7 +306,7 @@ func (f *flusher) run(ctx context.Context) {
 		err := f.process(ctx, cyc)
 		if err == nil {
 			cyc.discard()
-			f.finish(cyc, nil)
+			f.committed(cyc)
 			continue
 		}
 		f.finish(cyc, err)
