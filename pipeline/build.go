@@ -117,7 +117,7 @@ func (f *flusher) build(cyc *cycle, u *upload) error {
 			}
 			checked[seg] = true
 		}
-		fm := fileMeta(tf, off)
+		fm := fileEntry(tf, off)
 		m.Files = append(m.Files, fm)
 		off += tf.stored
 		crc = sink.CombineCRC32C(crc, tf.crc, tf.stored)
@@ -148,6 +148,17 @@ func (f *flusher) build(cyc *cycle, u *upload) error {
 
 // fileMeta is the meta entry of tf's chunk, stored at off.
 func fileMeta(tf *tempFile, off int64) sink.FileMeta {
+	fm := fileEntry(tf, off)
+	addRuns(&fm, tf)
+	return fm
+}
+
+// fileEntry is fileMeta without the region runs of a chunk of several
+// regions (addRuns): an upload holds its meta from the build until the
+// commit, while the runs, decoded, are 16 bytes each (tens of MB for a
+// cycle whose chunks every region writes to) and are needed only while
+// the meta is encoded (encodeMeta).
+func fileEntry(tf *tempFile, off int64) sink.FileMeta {
 	compression := sink.CompressionNone
 	if tf.zstd {
 		compression = sink.CompressionZstd
@@ -167,15 +178,33 @@ func fileMeta(tf *tempFile, off int64) sink.FileMeta {
 		fm.FlowIDs = tf.key.set.IDs // ascending, and never changed
 		// A chunk of one region says it in region_id, as before chunks
 		// held several; one of several lists their runs, region_id 0.
-		switch tf.runs.len() {
-		case 0:
-		case 1:
+		if tf.runs.len() == 1 {
 			fm.RegionID = tf.runs.last.Region
-		default:
-			fm.Regions = tf.runs.runs()
 		}
 	}
 	return fm
+}
+
+// addRuns lists the region runs of tf's chunk in its meta entry fm when
+// the chunk holds several regions (region_id 0).
+func addRuns(fm *sink.FileMeta, tf *tempFile) {
+	if tf.key.set != nil && tf.runs.len() > 1 {
+		fm.Regions = tf.runs.runs()
+	}
+}
+
+// encodeMeta encodes u's meta with the region runs of its chunks, which
+// are listed only for as long as this takes (fileEntry).
+func encodeMeta(u *upload) ([]byte, error) {
+	for i, tf := range u.files {
+		addRuns(&u.meta.Files[i], tf)
+	}
+	defer func() {
+		for i := range u.meta.Files {
+			u.meta.Files[i].Regions = nil
+		}
+	}()
+	return sink.EncodeMeta(u.meta)
 }
 
 // buildV2 fills in what only a layout v2 meta has: its flows (every flow

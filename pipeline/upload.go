@@ -151,7 +151,7 @@ func (f *flusher) uploadOne(ctx context.Context, cyc *cycle, u *upload) error {
 		c.m.objectBytes.Observe(float64(u.size))
 	}
 	if !u.metaDone {
-		b, err := sink.EncodeMeta(u.meta)
+		b, err := encodeMeta(u)
 		if err != nil {
 			return fmt.Errorf("%s: encode meta: %w", u.what(), err)
 		}
