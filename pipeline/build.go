@@ -146,13 +146,6 @@ func (f *flusher) build(cyc *cycle, u *upload) error {
 	return nil
 }
 
-// fileMeta is the meta entry of tf's chunk, stored at off.
-func fileMeta(tf *tempFile, off int64) sink.FileMeta {
-	fm := fileEntry(tf, off)
-	addRuns(&fm, tf)
-	return fm
-}
-
 // fileEntry is fileMeta without the region runs of a chunk of several
 // regions (addRuns): an upload holds its meta from the build until the
 // commit, while the runs, decoded, are 16 bytes each (tens of MB for a
@@ -189,7 +182,7 @@ func fileEntry(tf *tempFile, off int64) sink.FileMeta {
 // the chunk holds several regions (region_id 0).
 func addRuns(fm *sink.FileMeta, tf *tempFile) {
 	if tf.key.set != nil && tf.runs.len() > 1 {
-		fm.Regions = tf.runs.runs()
+		fm.SetRegionRuns(&tf.runs)
 	}
 }
 
@@ -201,7 +194,7 @@ func encodeMeta(u *upload) ([]byte, error) {
 	}
 	defer func() {
 		for i := range u.meta.Files {
-			u.meta.Files[i].Regions = nil
+			u.meta.Files[i].SetRegionRuns(nil)
 		}
 	}()
 	return sink.EncodeMeta(u.meta)

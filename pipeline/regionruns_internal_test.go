@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -62,7 +63,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 	var metas []sink.FileMeta
 	var off int64
 	for _, f := range files {
-		fm := fileMeta(f, off)
+		fm := fileMeta(t, f, off)
 		off += f.stored
 		metas = append(metas, fm)
 		if f.key.table != 1 {
@@ -113,7 +114,7 @@ func TestOneRegionChunkHasNoRuns(t *testing.T) {
 		f.countRegion(42)
 	}
 	files, _ := g.seal()
-	fm := fileMeta(files[0], 0)
+	fm := fileMeta(t, files[0], 0)
 	if len(files) != 1 || fm.RegionID != 42 || fm.Regions != nil || fm.NumberOfEntries != 3 {
 		t.Fatalf("%d files, region_id %d, regions %v, %d entries; want 1 file of region 42 without runs", len(files), fm.RegionID, fm.Regions, fm.NumberOfEntries)
 	}
@@ -170,4 +171,22 @@ func runsOf(pairs ...int64) sink.RegionRuns {
 		rs = append(rs, sink.RegionRun{Region: uint64(pairs[i]), Entries: pairs[i+1]})
 	}
 	return rs
+}
+
+// fileMeta is the meta entry of tf's chunk stored at off, as a reader
+// decodes it: encoded with the region runs taken from the file (addRuns),
+// then decoded.
+func fileMeta(t *testing.T, tf *tempFile, off int64) sink.FileMeta {
+	t.Helper()
+	fm := fileEntry(tf, off)
+	addRuns(&fm, tf)
+	b, err := json.Marshal(fm)
+	if err != nil {
+		t.Fatalf("encode the file entry of %s: %v", tf.name(), err)
+	}
+	var out sink.FileMeta
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("decode the file entry of %s: %v", tf.name(), err)
+	}
+	return out
 }

@@ -55,6 +55,11 @@ func (l *runList) each(fn func(sink.RegionRun)) {
 	}
 }
 
+// Len and Each give the runs to the chunk's meta entry as it is encoded
+// (sink.RegionRunSource).
+func (l *runList) Len() int                     { return l.n }
+func (l *runList) Each(fn func(sink.RegionRun)) { l.each(fn) }
+
 // runs decodes the list.
 func (l *runList) runs() sink.RegionRuns {
 	out := make(sink.RegionRuns, 0, l.n)

@@ -252,6 +252,8 @@ type FileMeta struct {
 	// FlowIDs are the flows that routed the chunk's entries, ascending
 	// (version 2 only): a table several flows cover is stored once.
 	FlowIDs []uint32 `json:"flow_ids,omitempty"`
+
+	runs RegionRunSource // Regions while the entry is encoded (SetRegionRuns)
 }
 
 // EncodeMeta returns m as JSON, after checking it as DecodeMeta does.

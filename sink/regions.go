@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -88,18 +89,90 @@ func (r *RegionRun) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// RegionRunSource gives a chunk's region runs in entry order without a
+// RegionRuns slice. The consumer keeps a chunk's runs as a few bytes each
+// and lists them in the chunk's file entry only while the meta is encoded
+// (FileMeta.SetRegionRuns): decoded, at 16 bytes a run, a wide cycle's runs
+// were a tenth of the consumer's heap at its peak.
+type RegionRunSource interface {
+	// Len is the number of runs.
+	Len() int
+	// Each calls fn with every run, in entry order.
+	Each(fn func(RegionRun))
+}
+
+// SetRegionRuns makes src the file's region runs, in place of Regions,
+// for encoding and checking the file entry; nil takes them away. The entry
+// is encoded exactly as with Regions holding the same runs. Decoding fills
+// Regions, never a source.
+func (f *FileMeta) SetRegionRuns(src RegionRunSource) {
+	f.Regions = nil
+	f.runs = src
+}
+
+// eachRun calls fn with every region run the file lists (Regions, or its
+// run source) and returns how many there are; none for a chunk of one
+// region.
+func (f *FileMeta) eachRun(fn func(RegionRun)) int {
+	if f.runs != nil {
+		f.runs.Each(fn)
+		return f.runs.Len()
+	}
+	for _, r := range f.Regions {
+		fn(r)
+	}
+	return len(f.Regions)
+}
+
+// listsRuns reports whether the file lists region runs.
+func (f *FileMeta) listsRuns() bool { return f.Regions != nil || f.runs != nil }
+
 // EachRegion calls fn for each run of regions of the chunk, in entry
 // order: its Regions, or for a chunk of one region a single run of
 // RegionID with every entry. A reader that keys entries by region takes
 // the first run's entries from the first entries of the chunk, and so on.
 func (f *FileMeta) EachRegion(fn func(region uint64, entries int64)) {
-	if f.Regions == nil {
+	if !f.listsRuns() {
 		fn(f.RegionID, f.NumberOfEntries)
 		return
 	}
-	for _, r := range f.Regions {
-		fn(r.Region, r.Entries)
+	f.eachRun(func(r RegionRun) { fn(r.Region, r.Entries) })
+}
+
+// regionsField is where a file entry's "regions" go in its JSON: right
+// before "cf", where encoding/json puts the field.
+var regionsField = []byte(`,"cf":`)
+
+// MarshalJSON encodes the file entry as encoding/json encodes its fields,
+// taking its region runs from its run source when it has one.
+func (f FileMeta) MarshalJSON() ([]byte, error) {
+	type plain FileMeta // its fields without this method
+	if f.runs == nil {
+		return json.Marshal(plain(f))
 	}
+	src := f.runs
+	f.runs = nil
+	b, err := json.Marshal(plain(f))
+	if err != nil {
+		return nil, err
+	}
+	at := bytes.Index(b, regionsField)
+	if at < 0 {
+		return nil, errors.New("encode file entry: no cf field")
+	}
+	out := make([]byte, 0, len(b)+12+src.Len()*12)
+	out = append(out, b[:at]...)
+	out = append(out, `,"regions":[`...)
+	first := true
+	src.Each(func(r RegionRun) {
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = r.appendJSON(out)
+	})
+	out = append(out, ']')
+	return append(out, b[at:]...), nil
 }
 
 // validateRegions checks a file's region runs (docs/FORMAT.md, "Meta
@@ -108,30 +181,49 @@ func (f *FileMeta) EachRegion(fn func(region uint64, entries int64)) {
 // and of another region than the run before; as many entries as the chunk
 // holds. A chunk of one region lists no runs: its region_id says it.
 func (f *FileMeta) validateRegions(version int) error {
-	if f.Regions == nil {
+	if !f.listsRuns() {
 		return nil
+	}
+	n := len(f.Regions)
+	if f.runs != nil {
+		n = f.runs.Len()
 	}
 	switch {
 	case version != MetaVersion2:
 		return errors.New("regions in a version 1 meta")
 	case f.RegionID != 0:
 		return fmt.Errorf("regions beside region_id %d: a chunk of several regions has region_id 0", f.RegionID)
-	case len(f.Regions) < 2:
-		return fmt.Errorf("regions with %d run(s): a chunk of one region has its region_id and no regions", len(f.Regions))
-	case len(f.Regions) > MaxChunkRuns:
-		return fmt.Errorf("%d region runs, more than %d", len(f.Regions), MaxChunkRuns)
+	case n < 2:
+		return fmt.Errorf("regions with %d run(s): a chunk of one region has its region_id and no regions", n)
+	case n > MaxChunkRuns:
+		return fmt.Errorf("%d region runs, more than %d", n, MaxChunkRuns)
 	}
-	var sum int64
-	for i, r := range f.Regions {
+	var (
+		sum  int64
+		i    int
+		prev uint64
+		err  error
+	)
+	f.eachRun(func(r RegionRun) {
 		switch {
+		case err != nil:
+			return
 		case r.Entries < 1:
-			return fmt.Errorf("regions[%d]: region %d with %d entries, want at least 1", i, r.Region, r.Entries)
-		case i > 0 && r.Region == f.Regions[i-1].Region:
-			return fmt.Errorf("regions[%d]: region %d right after a run of itself", i, r.Region)
+			err = fmt.Errorf("regions[%d]: region %d with %d entries, want at least 1", i, r.Region, r.Entries)
+		case i > 0 && r.Region == prev:
+			err = fmt.Errorf("regions[%d]: region %d right after a run of itself", i, r.Region)
 		case r.Entries > f.NumberOfEntries-sum:
-			return fmt.Errorf("regions hold more entries than number_of_entries %d", f.NumberOfEntries)
+			err = fmt.Errorf("regions hold more entries than number_of_entries %d", f.NumberOfEntries)
 		}
 		sum += r.Entries
+		prev = r.Region
+		i++
+	})
+	if err != nil {
+		return err
+	}
+	if i != n {
+		return fmt.Errorf("regions: %d runs given of the %d said", i, n)
 	}
 	if sum != f.NumberOfEntries {
 		return fmt.Errorf("regions hold %d entries, number_of_entries is %d", sum, f.NumberOfEntries)

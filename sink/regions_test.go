@@ -125,6 +125,14 @@ func TestRegionRunsInvalid(t *testing.T) {
 			if _, err := EncodeMeta(m); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("EncodeMeta: %v, want an error with %q", err, tc.want)
 			}
+			if m.Files[0].Regions != nil {
+				fromSource := m
+				fromSource.Files = append([]FileMeta(nil), m.Files...)
+				fromSource.Files[0].SetRegionRuns(runSource(m.Files[0].Regions))
+				if _, err := EncodeMeta(fromSource); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("EncodeMeta with the runs from a source: %v, want an error with %q", err, tc.want)
+				}
+			}
 			raw, err := json.Marshal(m)
 			if err != nil {
 				t.Fatal(err)
@@ -192,3 +200,54 @@ func TestRegionRunsMalformed(t *testing.T) {
 		}
 	}
 }
+
+// runSource gives runs as a RegionRunSource, as the consumer does from its
+// compact lists.
+type runSource RegionRuns
+
+func (s runSource) Len() int { return len(s) }
+func (s runSource) Each(fn func(RegionRun)) {
+	for _, r := range s {
+		fn(r)
+	}
+}
+
+// A file entry whose runs come from a source encodes to the same bytes as
+// one that holds them in Regions, and decodes to them; a source whose runs
+// are not as many as it says is refused.
+func TestRegionRunSourceEncodesAsRegions(t *testing.T) {
+	m := multiRegionMeta()
+	want, err := EncodeMeta(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := m
+	src.Files = append([]FileMeta(nil), m.Files...)
+	src.Files[0].SetRegionRuns(runSource(m.Files[0].Regions))
+	if src.Files[0].Regions != nil {
+		t.Fatal("SetRegionRuns left Regions")
+	}
+	got, err := EncodeMeta(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("encoded from a source:\n%s\nwant\n%s", got, want)
+	}
+	d, err := DecodeMeta(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d.Files[0].Regions, m.Files[0].Regions) {
+		t.Errorf("decoded runs %v, want %v", d.Files[0].Regions, m.Files[0].Regions)
+	}
+	src.Files[0].SetRegionRuns(shortSource{runSource(m.Files[0].Regions)})
+	if _, err := EncodeMeta(src); err == nil || !strings.Contains(err.Error(), "3 runs given of the 4 said") {
+		t.Errorf("a source that miscounts its runs: %v, want it refused", err)
+	}
+}
+
+// shortSource says it has one run more than it gives.
+type shortSource struct{ runSource }
+
+func (s shortSource) Len() int { return len(s.runSource) + 1 }
