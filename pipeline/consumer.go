@@ -302,7 +302,9 @@ func (s *session) clientOpts() ([]kgo.Opt, error) {
 	}
 	dec.onDefer = c.m.fetchDeferred.Inc
 	s.dec = dec
-	opts = append(opts, kgo.WithDecompressor(dec))
+	// Its buffers go back to it once a batch's records are recycled
+	// (decompress_pool.go).
+	opts = append(opts, kgo.WithDecompressor(dec), kgo.WithPools(dec))
 	if st := c.cfg.SessionTimeout; st > 0 {
 		// A heartbeat at most every third of the session, as Kafka advises.
 		opts = append(opts, kgo.SessionTimeout(st), kgo.RebalanceTimeout(st), kgo.HeartbeatInterval(min(3*time.Second, st/3)))

@@ -46,6 +46,7 @@ type batchDecompressor struct {
 	zstd sync.Pool // *zstdStream
 	gz   sync.Pool // *gzip.Reader
 	lz4  sync.Pool // *lz4.Reader
+	bufs decompressPool
 }
 
 var _ kgo.Decompressor = (*batchDecompressor)(nil)
@@ -216,17 +217,28 @@ func (d *batchDecompressor) zstdErr(err error) error {
 // having cost at most a quarter more than the limit, and a batch that fits
 // at most a third more than its size in copies.
 func (d *batchDecompressor) readGrow(r io.Reader, hint int) ([]byte, error) {
-	buf := make([]byte, 0, min(max(hint, 4<<10), d.batchMax+1))
+	// A pooled buffer may be larger than asked for: reads stop at limit
+	// all the same; one of the limit itself is made to size, so that a
+	// batch refused costs no more than the limit.
+	limit := func(b []byte) int { return min(cap(b), d.batchMax+1) }
+	get := func(n int) []byte {
+		if n = min(n, d.batchMax+1); n == d.batchMax+1 {
+			return make([]byte, 0, n)
+		}
+		return d.bufs.get(n)
+	}
+	buf := get(max(hint, 4<<10))
 	for {
-		if len(buf) == cap(buf) {
+		if len(buf) == limit(buf) {
 			if len(buf) > d.batchMax {
 				return nil, d.tooLarge()
 			}
-			grown := make([]byte, len(buf), min(cap(buf)*4, d.batchMax+1))
+			grown := get(limit(buf) * 4)[:len(buf)]
 			copy(grown, buf)
+			d.bufs.put(buf)
 			buf = grown
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):limit(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			if len(buf) > d.batchMax {
@@ -256,32 +268,40 @@ func (d *batchDecompressor) snappy(src []byte) ([]byte, error) {
 		if n > d.batchMax {
 			return nil, d.tooLarge()
 		}
-		return s2.Decode(nil, src)
+		return s2.Decode(d.bufs.get(n)[:n], src)
 	}
 	if len(src) < len(xerialMagic)+8 {
 		return nil, errors.New("snappy: truncated xerial header")
 	}
 	src = src[len(xerialMagic)+8:]
-	var out []byte
-	for len(src) > 0 {
-		if len(src) < 4 {
+	// The blocks' decoded lengths first, so that one buffer of their sum
+	// takes them all.
+	total := 0
+	for rest := src; len(rest) > 0; {
+		if len(rest) < 4 {
 			return nil, errors.New("snappy: truncated xerial block length")
 		}
-		n := binary.BigEndian.Uint32(src)
-		src = src[4:]
-		if uint64(n) > uint64(len(src)) {
+		n := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(n) > uint64(len(rest)) {
 			return nil, errors.New("snappy: xerial block past the end")
 		}
-		blk := src[:n]
-		src = src[n:]
-		dl, err := s2.DecodedLen(blk)
+		dl, err := s2.DecodedLen(rest[:n])
 		if err != nil {
 			return nil, err
 		}
-		if len(out)+dl > d.batchMax {
+		if total += dl; total > d.batchMax {
 			return nil, d.tooLarge()
 		}
-		out = append(out, make([]byte, dl)...)
+		rest = rest[n:]
+	}
+	out := d.bufs.get(total)
+	for len(src) > 0 {
+		n := binary.BigEndian.Uint32(src)
+		blk := src[4 : 4+n]
+		src = src[4+n:]
+		dl, _ := s2.DecodedLen(blk)
+		out = out[:len(out)+dl]
 		if _, err := s2.Decode(out[len(out)-dl:], blk); err != nil {
 			return nil, err
 		}

@@ -2,13 +2,16 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -185,5 +188,113 @@ func TestBatchDecompressorCorrupt(t *testing.T) {
 		if !errors.Is(err, kgo.ErrMaxDecompress) || errors.Is(err, errBatchTooLarge) {
 			t.Errorf("codec %d, corrupt input: %v; want ErrMaxDecompress, not too large", tc.codec, err)
 		}
+	}
+}
+
+// TestDecompressPoolSizes: a pooled buffer holds at least what was asked
+// and at most a quarter more (from 4 KiB on), and a buffer given back
+// serves only requests it can hold.
+func TestDecompressPoolSizes(t *testing.T) {
+	var p decompressPool
+	for _, n := range []int{1, 4 << 10, 4<<10 + 1, 5000, 100_000, 1 << 20, 1<<20 + 1, 3 << 20} {
+		b := p.get(n)
+		if len(b) != 0 || cap(b) < n || (n >= 4<<10 && cap(b) > n+n/4) {
+			t.Errorf("get(%d): len %d cap %d, want empty with cap in [n, 1.25n]", n, len(b), cap(b))
+		}
+		p.put(b)
+	}
+	for _, c := range []int{4 << 10, 6000, 1 << 20, 1<<20 + 100} {
+		p.put(make([]byte, 7, c))
+		for _, n := range []int{c - 1, c, c + 1} {
+			if b := p.get(n); cap(b) < n || len(b) != 0 {
+				t.Errorf("after put(cap %d), get(%d): len %d cap %d", c, n, len(b), cap(b))
+			}
+		}
+	}
+}
+
+// TestDecompressIntoReusedBuffer: in every codec, a batch decompressed
+// into a buffer that held a larger batch before is exactly its own bytes.
+func TestDecompressIntoReusedBuffer(t *testing.T) {
+	large := bytes.Repeat([]byte("the batch before "), 200_000/17)
+	small := bytes.Repeat([]byte("this batch "), 120_000/11)
+	for _, codec := range []string{"gzip", "lz4", "snappy", "xerial", "zstd"} {
+		t.Run(codec, func(t *testing.T) {
+			d, err := newBatchDecompressor(4<<20, 1<<30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.close()
+			for range 3 {
+				for _, src := range [][]byte{large, small} {
+					comp, typ := compressed(t, codec, src)
+					got, err := d.Decompress(comp, typ)
+					if err != nil || !bytes.Equal(got, src) {
+						t.Fatalf("%d bytes: got %d bytes, %v", len(src), len(got), err)
+					}
+					d.PutDecompressBytes(got)
+				}
+			}
+			if d.bufs.reused.Load() == 0 {
+				t.Errorf("no buffer reused in %d gets", d.bufs.gets.Load())
+			}
+		})
+	}
+}
+
+// TestRecycledRecordsGiveBuffersBack: a client with the decompressor as
+// its pool gives each compressed batch's buffer back once every record of
+// it is recycled, as the consume loop does after handling a record.
+func TestRecycledRecordsGiveBuffersBack(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("t"),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const batches, perBatch = 5, 40
+	for range batches {
+		recs := make([]*kgo.Record, perBatch)
+		for i := range recs {
+			recs[i] = &kgo.Record{Value: bytes.Repeat([]byte{byte(i)}, 1000)}
+		}
+		if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := newBatchDecompressor(4<<20, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics("t"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithDecompressor(d), kgo.WithPools(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := 0
+	for got < batches*perBatch && ctx.Err() == nil {
+		fs := cons.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if len(r.Value) != 1000 || r.Value[999] != byte(r.Offset%perBatch) {
+				t.Errorf("record %d: %d bytes ending %d", r.Offset, len(r.Value), r.Value[len(r.Value)-1])
+			}
+			got++
+			r.Recycle()
+		})
+	}
+	if got != batches*perBatch {
+		t.Fatalf("consumed %d records of %d", got, batches*perBatch)
+	}
+	if gets, puts := d.bufs.gets.Load(), d.bufs.puts.Load(); gets < batches || puts != gets {
+		t.Errorf("%d buffers taken for %d batches, %d given back: want every one back", gets, batches, puts)
 	}
 }

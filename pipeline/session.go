@@ -213,11 +213,13 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 		}
 		ps := s.parts[fp.Partition]
 		if ps == nil {
+			recycle(fp.Records)
 			return
 		}
 		ps.hwm = fp.HighWatermark
 		for _, r := range fp.Records {
 			if r.Offset < ps.next {
+				r.Recycle()
 				continue
 			}
 			if ps.cycleFrom < 0 {
@@ -228,6 +230,9 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 				return
 			}
 			ps.next = r.Offset + 1
+			// Handled: its bytes are copied, and its batch's buffer may
+			// go back to the decompressor (decompress_pool.go).
+			r.Recycle()
 			n++
 			c.progress.Store(time.Now().UnixNano())
 			if s.cycleFull() {
@@ -265,6 +270,14 @@ func (s *session) process(ctx context.Context, fetches kgo.Fetches, applied []me
 	}
 	s.backpressure()
 	return nil
+}
+
+// recycle gives records that will not be handled back to their batches'
+// buffers.
+func recycle(records []*kgo.Record) {
+	for _, r := range records {
+		r.Recycle()
+	}
 }
 
 // backpressure pauses fetching while temp files (current and in flight)
