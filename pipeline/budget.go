@@ -9,7 +9,7 @@ import (
 // Defaults of --max-open-files and --max-cycle-files, also used when a
 // Config leaves them zero.
 const (
-	defaultMaxOpenFiles  = 1024
+	defaultMaxOpenFiles  = 512
 	defaultMaxCycleFiles = 10000
 )
 

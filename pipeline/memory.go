@@ -15,17 +15,20 @@ const (
 
 // Shares of --max-memory (divisors): what each consumer of memory that
 // could otherwise grow with the backlog, the record size or the number of
-// regions may hold at most. The remaining twelfth is for the Go runtime, the
-// Kafka, Redis and GCS clients and decoding; the shares are upper bounds that
-// a load rarely reaches all at once. At the default 128 MiB the defaults of
-// --max-open-files (1024) and --max-cycle-files (10000) just fit.
+// regions may hold at most. What is left is for the Go runtime, the Kafka,
+// Redis and GCS clients and decoding; the shares are upper bounds that a
+// load rarely reaches all at once. At the default 128 MiB the defaults of
+// --max-open-files (512) and --max-cycle-files (10000) just fit.
 const (
 	// fetchShare bounds Kafka fetches: those in flight or buffered in the
 	// client plus the one the consume loop is handling.
 	fetchShare = 4
 	// bufferShare bounds the write buffers of open temp files
-	// (--max-open-files x tempBufSize).
-	bufferShare = 4
+	// (--max-open-files x tempBufSize). An eighth: with thousands of busy
+	// files every buffer is in use at once, beside full fetches and an
+	// upload, and a quarter put the heap over the Go memory limit, the
+	// collector running every few MB allocated (docs/SIZING.md, "Width").
+	bufferShare = 8
 	// uploadShare bounds the flows uploading at once: each holds a GCS
 	// chunk buffer while it uploads.
 	uploadShare = 4
