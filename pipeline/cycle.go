@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -29,7 +30,13 @@ type cycle struct {
 	covLeases []meta.Lease
 	covFlows  map[meta.FlowID]*meta.Flow
 
-	closed bool
+	// sealOnce seals the cycle once (flusher.seal): on the flusher's
+	// goroutine, or ahead of it on a preseal goroutine while the cycle
+	// before uploads. sealErr is its outcome, presealing whether a preseal
+	// goroutine was started for it.
+	sealOnce   sync.Once
+	sealErr    error
+	presealing bool
 	// uploads are the cycle's objects, built on the first attempt: one
 	// data object and meta per flow in layout v1, one of each for the
 	// whole cycle in layout v2 (none when it has nothing to upload).
@@ -74,8 +81,10 @@ func (cyc *cycle) complete(err error) {
 	}
 }
 
-// discard removes the cycle's temp files.
+// discard removes the cycle's temp files, once a preseal of them has
+// ended (a cycle not sealed yet never will be).
 func (cyc *cycle) discard() {
+	cyc.sealOnce.Do(func() { cyc.sealErr = errDiscarded })
 	for _, tf := range cyc.files {
 		tf.remove()
 	}
@@ -144,11 +153,21 @@ func (f *flusher) commitOf(cyc *cycle) meta.Commit {
 	return commit
 }
 
-// seal closes the cycle's temp files once and lays them out as its uploads.
+// seal closes the cycle's temp files once and lays them out as its
+// uploads, or waits for a preseal of the cycle to have done so, and returns
+// the outcome.
 func (f *flusher) seal(cyc *cycle) error {
-	if cyc.closed {
-		return nil
-	}
+	cyc.sealOnce.Do(func() { cyc.sealErr = f.sealNow(cyc) })
+	return cyc.sealErr
+}
+
+// errDiscarded is the seal outcome of a cycle discarded before it was
+// sealed.
+var errDiscarded = errors.New("cycle discarded")
+
+// sealNow is seal's work: close the files, pack their raw runs (pack.go),
+// group them into uploads.
+func (f *flusher) sealNow(cyc *cycle) error {
 	start := time.Now()
 	for _, tf := range cyc.files {
 		if err := tf.close(); err != nil {
@@ -163,7 +182,6 @@ func (f *flusher) seal(cyc *cycle) error {
 	} else {
 		cyc.uploads, cyc.flows = groupByFlow(cyc.files)
 	}
-	cyc.closed = true
 	f.c.m.tempWrite.WithLabelValues("close").Observe(time.Since(start).Seconds())
 	return nil
 }

@@ -57,6 +57,12 @@ type flusher struct {
 	advMu   sync.Mutex
 	advWait []*cycle
 	advWake chan struct{}
+
+	// busy is whether run is processing a cycle (under mu); presealWG
+	// counts the preseal goroutines (preseal), which run waits for before
+	// it returns.
+	busy      bool
+	presealWG sync.WaitGroup
 }
 
 // failingCycle is a cycle whose attempts keep failing.
@@ -195,6 +201,7 @@ func (f *flusher) enqueue(cyc *cycle) {
 	f.queue = append(f.queue, cyc)
 	f.inflight = append(f.inflight, cyc)
 	f.c.m.inflightCycles.Set(float64(len(f.inflight)))
+	f.presealLocked()
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
@@ -259,12 +266,18 @@ func (f *flusher) inflightByFlow() map[string]float64 {
 	return out
 }
 
+// next takes the next cycle from the queue, waiting for one; nil once
+// the flusher is closed and the queue empty. The cycle after it, if
+// queued, starts sealing (presealLocked).
 func (f *flusher) next() *cycle {
 	for {
 		f.mu.Lock()
+		f.busy = false
 		if len(f.queue) > 0 {
 			cyc := f.queue[0]
 			f.queue = f.queue[1:]
+			f.busy = true
+			f.presealLocked()
 			f.mu.Unlock()
 			return cyc
 		}
@@ -295,9 +308,27 @@ func (f *flusher) dropInflight(cyc *cycle) {
 	f.c.m.inflightCycles.Set(float64(len(f.inflight)))
 }
 
+// presealLocked starts sealing the cycle at the head of the queue while
+// run processes the one before it, so that packing a cycle's raw runs
+// (pack.go, the bulk of a wide cycle's seal) overlaps the upload before it
+// instead of following it. One cycle at most is sealed ahead: its packed
+// bytes are already counted in the temp budget (cycle.raw). A preseal
+// changes nothing of the order: cycles upload and commit in queue order,
+// and their object names are chosen at upload. Must hold f.mu.
+func (f *flusher) presealLocked() {
+	if !f.busy || len(f.queue) == 0 || f.queue[0].presealing {
+		return
+	}
+	cyc := f.queue[0]
+	cyc.presealing = true
+	f.presealWG.Go(func() { _ = f.seal(cyc) })
+}
+
 // run processes cycles until close is called and the queue is empty, or ctx
 // is canceled (a hard stop: files stay for the next start to clean up).
+// It returns once a preseal it started has ended.
 func (f *flusher) run(ctx context.Context) {
+	defer f.presealWG.Wait()
 	for {
 		cyc := f.next()
 		if cyc == nil {
