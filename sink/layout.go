@@ -267,7 +267,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	if m.Files == nil {
 		m.Files = []FileMeta{}
 	}
-	b, err := json.Marshal(m)
+	b, err := encodeMetaJSON(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
 	}

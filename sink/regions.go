@@ -2,7 +2,6 @@ package sink
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -139,40 +138,10 @@ func (f *FileMeta) EachRegion(fn func(region uint64, entries int64)) {
 	f.eachRun(func(r RegionRun) { fn(r.Region, r.Entries) })
 }
 
-// regionsField is where a file entry's "regions" go in its JSON: right
-// before "cf", where encoding/json puts the field.
-var regionsField = []byte(`,"cf":`)
-
 // MarshalJSON encodes the file entry as encoding/json encodes its fields,
 // taking its region runs from its run source when it has one.
 func (f FileMeta) MarshalJSON() ([]byte, error) {
-	type plain FileMeta // its fields without this method
-	if f.runs == nil {
-		return json.Marshal(plain(f))
-	}
-	src := f.runs
-	f.runs = nil
-	b, err := json.Marshal(plain(f))
-	if err != nil {
-		return nil, err
-	}
-	at := bytes.Index(b, regionsField)
-	if at < 0 {
-		return nil, errors.New("encode file entry: no cf field")
-	}
-	out := make([]byte, 0, len(b)+12+src.Len()*12)
-	out = append(out, b[:at]...)
-	out = append(out, `,"regions":[`...)
-	first := true
-	src.Each(func(r RegionRun) {
-		if !first {
-			out = append(out, ',')
-		}
-		first = false
-		out = r.appendJSON(out)
-	})
-	out = append(out, ']')
-	return append(out, b[at:]...), nil
+	return f.appendJSON(nil), nil
 }
 
 // validateRegions checks a file's region runs (docs/FORMAT.md, "Meta
