@@ -43,7 +43,8 @@ var decompressClasses = func() []int {
 // decompressPool holds decompression buffers by size class. Its pools are
 // sync.Pools: a buffer kept is live heap, and with the heap near the Go
 // memory limit a free list of a fixed size made the collector run more
-// often than the buffers it saved (measured in docs/SIZING.md, "Width").
+// often than the buffers it saved (docs/SIZING.md, "Width: many flows,
+// tables and regions (layout v2)").
 type decompressPool struct {
 	classes [decompressClassCount]sync.Pool
 

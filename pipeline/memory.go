@@ -27,7 +27,8 @@ const (
 	// (--max-open-files x tempBufSize). An eighth: with thousands of busy
 	// files every buffer is in use at once, beside full fetches and an
 	// upload, and a quarter put the heap over the Go memory limit, the
-	// collector running every few MB allocated (docs/SIZING.md, "Width").
+	// collector running every few MB allocated (docs/SIZING.md, "Width:
+	// many flows, tables and regions (layout v2)").
 	bufferShare = 8
 	// uploadShare bounds the flows uploading at once: each holds a GCS
 	// chunk buffer while it uploads.

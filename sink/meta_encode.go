@@ -12,7 +12,8 @@ import (
 // of a wide cycle has thousands of them, each with its region runs, and
 // encoding/json spent a reflection walk per entry and then a second pass
 // over the bytes a MarshalJSON returns (about a twentieth of a wide row's
-// CPU, docs/SIZING.md "Width").
+// CPU: docs/SIZING.md, "Width: many flows, tables and regions (layout
+// v2)").
 
 // appendJSON appends f's JSON object: its fields in declaration order,
 // regions (from Regions or its run source) and flow_ids only when it has
