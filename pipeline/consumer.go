@@ -78,6 +78,10 @@ type Consumer struct {
 	// good: Redis lost the prefix's state (/readyz reports it).
 	ownerLost atomic.Pointer[error]
 
+	// spares are released segment files kept for the next segments to
+	// write over (spare.go).
+	spares *spareFiles
+
 	// fatal owns the fatal-flow state of every session.
 	fatal *fatal
 
@@ -115,16 +119,26 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	}
 	cfg.applyFileLimits(d.Logger)
 	cfg.applyMemoryLimits(d.Logger)
-	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer)}
+	c := &Consumer{cfg: cfg, d: d, log: d.Logger, m: newMetrics(d.Registerer),
+		spares: newSpareFiles(cfg.TempDir, spareBudget(int64(cfg.FlushSize), int64(cfg.MaxTempBytes)))}
 	c.fatal = newFatal(d.Store, d.Registry, c.m, d.Logger, cfg.FatalAfter)
 	c.m.maxTempBytes.Set(float64(cfg.MaxTempBytes))
 	return c, nil
+}
+
+// cleanTemp removes the temp dir's leftovers (cleanTempDir) and forgets
+// the spares among them.
+func (c *Consumer) cleanTemp() error {
+	err := cleanTempDir(c.cfg.TempDir)
+	c.spares.reset()
+	return err
 }
 
 // Run consumes until ctx is canceled, then finishes the cycle in flight,
 // flushes and commits what it holds, leaves the group and returns nil. A
 // session that loses a lease (it was fenced) is dropped and a new one joins.
 func (c *Consumer) Run(ctx context.Context) error {
+	defer c.spares.clear()
 	backoff := time.Second
 	for {
 		err := c.runSession(ctx)
@@ -134,7 +148,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return c.haltOwnerLost(ctx, err)
 		case errors.Is(err, meta.ErrLeaseLost):
 			c.log.Warn("fenced: a partition lease moved to another member; dropping uncommitted state and rejoining", "err", err)
-			if err := cleanTempDir(c.cfg.TempDir); err != nil {
+			if err := c.cleanTemp(); err != nil {
 				return err
 			}
 			continue
@@ -152,7 +166,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, 30*time.Second)
-			if err := cleanTempDir(c.cfg.TempDir); err != nil {
+			if err := c.cleanTemp(); err != nil {
 				c.log.Error("cleaning the temp dir failed; retrying", "temp_dir", c.cfg.TempDir, "err", err)
 			}
 			continue
@@ -172,7 +186,7 @@ func (c *Consumer) haltOwnerLost(ctx context.Context, err error) error {
 	c.ownerLost.Store(&err)
 	c.m.ownerLost.Set(1)
 	c.log.Error("stopped: Redis lost this prefix's state; nothing more is committed until `consumer recover` rebuilds it and the consumer restarts", "err", err)
-	if cerr := cleanTempDir(c.cfg.TempDir); cerr != nil {
+	if cerr := c.cleanTemp(); cerr != nil {
 		c.log.Warn("cleaning the temp dir failed", "temp_dir", c.cfg.TempDir, "err", cerr)
 	}
 	<-ctx.Done()
@@ -238,7 +252,7 @@ func (c *Consumer) runSession(ctx context.Context) error {
 	// The flusher exists before the client: the group's callbacks may run
 	// as soon as kgo.NewClient starts joining.
 	s.fl = newFlusher(c)
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression, c.spares)
 	c.fatal.reset() // the cycles that failed belonged to the session before
 	opts, err := s.clientOpts()
 	if err != nil {

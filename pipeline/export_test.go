@@ -2,6 +2,12 @@ package pipeline
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// MaxSpares is how many released segment files a running consumer keeps.
+const MaxSpares = maxSpares
+
+// SpareName reports whether name is a spare segment file's.
+func SpareName(name string) bool { return spareRE.MatchString(name) }
+
 // MetricEventsWritten exposes events_total{result="written"} to tests.
 func (c *Consumer) MetricEventsWritten() prometheus.Collector {
 	return c.m.events.WithLabelValues(resultWritten, "")

@@ -15,7 +15,7 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	c := s.c
 	now := time.Now()
 	gen := s.gen
-	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression)
+	s.gen = newGeneration(c.cfg.TempDir, s.nextGen(), c.cfg.MaxOpenFiles, c.cfg.Compression, c.spares)
 	s.last = now
 	if s.lost != nil {
 		// The generation holds events of lost partitions (onLost): none

@@ -46,9 +46,11 @@ type generation struct {
 	npending int         // buffers queued
 }
 
-func newGeneration(root string, id uint64, maxOpen int, compression string) *generation {
+// newGeneration starts generation id in root; its segment writes over a
+// spare file when spares has one (spares may be nil).
+func newGeneration(root string, id uint64, maxOpen int, compression string, spares *spareFiles) *generation {
 	g := &generation{id: id, root: root, maxOpen: max(maxOpen, 1), compr: compression, files: map[fileKey]*tempFile{},
-		seg: newSegment(filepath.Join(root, fmt.Sprintf("g%d.seg", id)))}
+		seg: newSegment(filepath.Join(root, fmt.Sprintf("g%d.seg", id)), spares)}
 	g.lru.prev, g.lru.next = &g.lru, &g.lru
 	return g
 }

@@ -31,7 +31,7 @@ func TestGenerationClosesAndReopensFilesUnderItsCap(t *testing.T) {
 
 func testGenerationCap(t *testing.T, compression string) {
 	const maxOpen, nFiles, rounds = 1, 10, 6
-	g := newGeneration(t.TempDir(), 1, maxOpen, compression)
+	g := newGeneration(t.TempDir(), 1, maxOpen, compression, nil)
 	evicted := false
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	want := map[fileKey][]byte{}
@@ -189,7 +189,7 @@ func TestSealCreatesUnopenedFile(t *testing.T) {
 }
 
 func testSealUnopened(t *testing.T, compression string) {
-	g := newGeneration(t.TempDir(), 1, 1, compression)
+	g := newGeneration(t.TempDir(), 1, 1, compression, nil)
 	tf, err := g.file(fileKey{flow: 1, table: 1}, &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "c", FlowName: "f"}})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 			// Files 0-11 of flow 1 and 0, 3, 6, 9 of flow 2 fit the cap;
 			// 12 and 13 get an entry now and then, evicting others.
 			const maxOpen, nFiles, common, rounds = 16, 14, 12, 300
-			g := newGeneration(t.TempDir(), 1, maxOpen, compression)
+			g := newGeneration(t.TempDir(), 1, maxOpen, compression, nil)
 			flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 			flow2 := &meta.Flow{ID: 2, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f2"}}
 			want := map[fileKey][]byte{}
@@ -310,7 +310,7 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 // between two evictions, become one frame, and the chunk reads back as
 // appended.
 func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
-	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd, nil)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	var want []byte
 	var tf *tempFile
@@ -372,7 +372,7 @@ func TestBuffersGrowWithTheirFile(t *testing.T) {
 }
 
 func testBuffersGrow(t *testing.T, maxOpen, wantBusy int) {
-	g := newGeneration(t.TempDir(), 1, maxOpen, sink.CompressionZstd)
+	g := newGeneration(t.TempDir(), 1, maxOpen, sink.CompressionZstd, nil)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	file := func(region uint64) *tempFile {
 		f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: region, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
@@ -438,7 +438,7 @@ func testBuffersGrow(t *testing.T, maxOpen, wantBusy int) {
 // A chunk of at most tinyChunk bytes, all of them raw runs, is stored
 // uncompressed as it was written: no frame, nothing packed.
 func TestTinyChunkStoredUncompressed(t *testing.T) {
-	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd)
+	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd, nil)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	f, err := g.file(fileKey{partition: 0, flow: 1, table: 1, region: 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}, flow)
 	if err != nil {
@@ -464,7 +464,7 @@ func TestTinyChunkStoredUncompressed(t *testing.T) {
 // that tiny chunks are not written to the connection one by one.
 func TestChunkReaderFillsAcrossChunks(t *testing.T) {
 	const nFiles = 50
-	g := newGeneration(t.TempDir(), 1, 4, sink.CompressionNone)
+	g := newGeneration(t.TempDir(), 1, 4, sink.CompressionNone, nil)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	var want []byte
 	for i := range nFiles {

@@ -257,13 +257,23 @@ func (r *rig) entries(id meta.FlowID) (metas []sink.Meta, entries map[string]int
 }
 
 func (r *rig) tempFiles() []string {
-	var out []string
+	var out, spares []string
 	_ = filepath.Walk(r.tempDir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() && fi.Name() != ".flowlog-temp" { // not the marker
+		switch {
+		case err != nil || fi.IsDir() || fi.Name() == ".flowlog-temp": // not the marker
+		case pipeline.SpareName(fi.Name()) && filepath.Dir(p) == r.tempDir:
+			spares = append(spares, p)
+		default:
 			out = append(out, p)
 		}
 		return nil
 	})
+	// A running consumer keeps up to MaxSpares released segment files for
+	// the next segments to write over; more is a leak, and a stopped one
+	// keeps none.
+	if len(spares) > pipeline.MaxSpares || r.cancel == nil {
+		out = append(out, spares...)
+	}
 	return out
 }
 

@@ -33,7 +33,7 @@ func TestLostPartitionInASharedChunkEndsTheSession(t *testing.T) {
 			2: {partition: 2, next: 3, cycleFrom: 3, regions: map[uint64]*regionState{}},
 		},
 	}
-	s.gen = newGeneration(dir, s.nextGen(), 4, sink.CompressionNone)
+	s.gen = newGeneration(dir, s.nextGen(), 4, sink.CompressionNone, nil)
 	put := func(table int64, part int32, region uint64) {
 		t.Helper()
 		key := fileKey{set: set, table: table, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}

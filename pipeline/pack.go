@@ -45,7 +45,7 @@ func packFiles(files []*tempFile) error {
 			tf.keepRaw()
 		}
 		if tf.raw > 0 && segs[tf.seg] == nil {
-			segs[tf.seg] = newSegment(strings.TrimSuffix(tf.seg.path, ".seg") + ".pack")
+			segs[tf.seg] = newSegment(strings.TrimSuffix(tf.seg.path, ".seg")+".pack", tf.seg.spares)
 		}
 		if tf.raw > 0 {
 			todo = append(todo, tf)

@@ -24,7 +24,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 	maxChunkRuns = 3
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	set := &meta.FlowSet{IDs: []meta.FlowID{1}, Flows: []*meta.Flow{flow}}
-	g := newGeneration(t.TempDir(), 1, 2, sink.CompressionZstd)
+	g := newGeneration(t.TempDir(), 1, 2, sink.CompressionZstd, nil)
 	key := fileKey{set: set, table: 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
 	other := fileKey{set: set, table: 2, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
 
@@ -101,7 +101,7 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 func TestOneRegionChunkHasNoRuns(t *testing.T) {
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
 	set := &meta.FlowSet{IDs: []meta.FlowID{1}, Flows: []*meta.Flow{flow}}
-	g := newGeneration(t.TempDir(), 1, 2, sink.CompressionNone)
+	g := newGeneration(t.TempDir(), 1, 2, sink.CompressionNone, nil)
 	key := fileKey{set: set, table: 1, cf: event.CF_CF_WRITE, op: event.Op_OP_PUT}
 	for i := range 3 {
 		f, err := g.regionFile(key, 42)

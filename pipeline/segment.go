@@ -55,15 +55,21 @@ const segWriteBuf = 256 << 10
 type segment struct {
 	path string
 
+	spares *spareFiles // where its file goes when released, and comes from (spare.go)
+
 	mu   sync.Mutex
 	f    *os.File // write handle; nil before the first write and after seal
 	wbuf []byte   // bytes written but not yet passed to the file
 	size int64    // bytes written
+	disk int64    // bytes of the file on disk, if more than size: a spare written over
 	err  error    // the first failed write: the segment lost bytes, sticky
 	refs int      // chunks not yet removed
 }
 
-func newSegment(path string) *segment { return &segment{path: path} }
+// newSegment is the segment at path; spares may be nil (no file reused).
+func newSegment(path string, spares *spareFiles) *segment {
+	return &segment{path: path, spares: spares}
+}
 
 // acquire counts one more chunk writing to the segment.
 func (s *segment) acquire() {
@@ -85,12 +91,9 @@ func (s *segment) write(p []byte) (int64, error) {
 		return 0, s.err
 	}
 	if s.f == nil {
-		f, err := os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			s.err = fmt.Errorf("create temp segment: %w", err)
-			return 0, s.err
+		if err := s.openLocked(); err != nil {
+			return 0, err
 		}
-		s.f = f
 	}
 	off := s.size
 	s.size += int64(len(p))
@@ -111,6 +114,21 @@ func (s *segment) write(p []byte) (int64, error) {
 	}
 	s.wbuf = append(s.wbuf, p...)
 	return off, nil
+}
+
+// openLocked opens the segment's file for its first write: a spare written
+// over from its start if there is one, else a new file. Must hold s.mu.
+func (s *segment) openLocked() error {
+	f, size, err := s.spares.take(s.path)
+	if err == nil && f == nil {
+		f, err = os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	}
+	if err != nil {
+		s.err = fmt.Errorf("create temp segment: %w", err)
+		return s.err
+	}
+	s.f, s.disk = f, size
+	return nil
 }
 
 // flushLocked passes the gathered bytes to the file. Must hold s.mu.
@@ -136,6 +154,15 @@ func (s *segment) seal() error {
 	}
 	ferr := s.flushLocked()
 	s.wbuf = nil
+	if ferr == nil && s.disk > s.size {
+		// A spare's bytes past what this segment wrote.
+		if err := s.f.Truncate(s.size); err != nil {
+			ferr = fmt.Errorf("truncate temp segment %s: %w", s.path, err)
+			s.err = ferr
+		} else {
+			s.disk = 0
+		}
+	}
 	err := s.f.Close()
 	s.f = nil
 	if err != nil && s.err == nil {
@@ -169,7 +196,8 @@ func (s *segment) check() error {
 	return nil
 }
 
-// release counts one chunk less; the last one removes the file. A chunk
+// release counts one chunk less; the last one removes the file, or keeps
+// it as a spare for a later segment to write over (spare.go). A chunk
 // added afterwards (the generation is still current) starts a new file.
 func (s *segment) release() {
 	s.mu.Lock()
@@ -182,10 +210,12 @@ func (s *segment) release() {
 		s.f = nil
 	}
 	s.wbuf = nil
-	if s.size > 0 || s.err != nil {
-		_ = os.Remove(s.path)
+	if s.size > 0 || s.disk > 0 || s.err != nil {
+		if s.err != nil || !s.spares.keep(s.path, max(s.size, s.disk)) {
+			_ = os.Remove(s.path)
+		}
 	}
-	s.size, s.err, s.refs = 0, nil, 0
+	s.size, s.disk, s.err, s.refs = 0, 0, nil, 0
 }
 
 // chunkReader reads chunks' stored bytes one after the other, each from

@@ -307,7 +307,7 @@ func (s *session) dropAll() {
 	defer s.mu.Unlock()
 	s.closing = true
 	s.gen.drop()
-	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles, s.c.cfg.Compression)
+	s.gen = newGeneration(s.c.cfg.TempDir, s.nextGen(), s.c.cfg.MaxOpenFiles, s.c.cfg.Compression, s.c.spares)
 }
 
 // updateGauges refreshes temp_bytes{flow} and consumer_lag_records.

@@ -90,6 +90,9 @@ func TestTempDirCleanupRemovesOnlyGeneratedNames(t *testing.T) {
 		{"g1.seg.bak", false},
 		{"gx.seg", false},
 		{"default/demo/g1.seg", false}, // segments live at the top
+		{"spare3.seg", true},
+		{"spare.seg", false},
+		{"spare3.pack", false},
 	}
 	for _, tc := range cases {
 		writeFile(t, filepath.Join(dir, tc.path))
