@@ -45,7 +45,9 @@ func writeSegment(t *testing.T, path string, spares *spareFiles, parts ...[]byte
 	return s
 }
 
-func exists(t *testing.T, path string) bool {
+// FileExists reports whether a file is at path (the external tests use it
+// too).
+func FileExists(t *testing.T, path string) bool {
 	t.Helper()
 	_, err := os.Lstat(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -64,10 +66,10 @@ func TestSegmentWritesOverASpare(t *testing.T) {
 	first := writeSegment(t, filepath.Join(dir, "g1.seg"), spares, long[:100_000], long[100_000:])
 	ino := inode(t, first.path)
 	first.release()
-	if exists(t, first.path) {
+	if FileExists(t, first.path) {
 		t.Fatal("g1.seg still there after its last chunk was released")
 	}
-	if !exists(t, filepath.Join(dir, "spare1.seg")) {
+	if !FileExists(t, filepath.Join(dir, "spare1.seg")) {
 		t.Fatal("the released segment was not kept as spare1.seg")
 	}
 
@@ -76,7 +78,7 @@ func TestSegmentWritesOverASpare(t *testing.T) {
 	if got := inode(t, second.path); got != ino {
 		t.Errorf("g2.seg is inode %d, want the spare's %d", got, ino)
 	}
-	if exists(t, filepath.Join(dir, "spare1.seg")) {
+	if FileExists(t, filepath.Join(dir, "spare1.seg")) {
 		t.Error("spare1.seg still there after g2.seg took it")
 	}
 	got, err := os.ReadFile(second.path)
@@ -110,19 +112,19 @@ func TestSparesStayWithinTheirBudget(t *testing.T) {
 	release := func(name string) {
 		t.Helper()
 		segs[name].release()
-		if exists(t, segs[name].path) {
+		if FileExists(t, segs[name].path) {
 			t.Fatalf("%s still there after its release", name)
 		}
 	}
 	release("g1.seg") // spare1
 	release("g2.seg") // spare2
 	release("g3.seg") // spare3: maxSpares evicts spare1
-	if exists(t, filepath.Join(dir, "spare1.seg")) {
+	if FileExists(t, filepath.Join(dir, "spare1.seg")) {
 		t.Error("spare1.seg kept beyond maxSpares")
 	}
 	release("g4.seg") // spare4: the budget evicts spare2
 	for name, want := range map[string]bool{"spare2.seg": false, "spare3.seg": true, "spare4.seg": true} {
-		if got := exists(t, filepath.Join(dir, name)); got != want {
+		if got := FileExists(t, filepath.Join(dir, name)); got != want {
 			t.Errorf("%s exists = %v, want %v", name, got, want)
 		}
 	}
@@ -130,7 +132,7 @@ func TestSparesStayWithinTheirBudget(t *testing.T) {
 		t.Errorf("spares hold %d bytes in %d files, want 800 in 2", spares.bytes, len(spares.free))
 	}
 	release("g5.seg") // larger than the budget: removed
-	if exists(t, filepath.Join(dir, "spare5.seg")) || spares.bytes != 800 {
+	if FileExists(t, filepath.Join(dir, "spare5.seg")) || spares.bytes != 800 {
 		t.Errorf("a file over the whole budget was kept (%d bytes of spares)", spares.bytes)
 	}
 
@@ -156,7 +158,7 @@ func TestSparesStayWithinTheirBudget(t *testing.T) {
 	}
 	spares.reset()
 	for _, name := range []string{"spare3.seg", "spare4.seg"} {
-		if exists(t, filepath.Join(dir, name)) {
+		if FileExists(t, filepath.Join(dir, name)) {
 			t.Errorf("%s left after the temp dir was cleaned", name)
 		}
 	}

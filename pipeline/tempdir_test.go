@@ -1,8 +1,6 @@
 package pipeline_test
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,11 +40,7 @@ func writeFile(t *testing.T, path string) {
 
 func exists(t *testing.T, path string) bool {
 	t.Helper()
-	_, err := os.Lstat(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		t.Fatal(err)
-	}
-	return err == nil
+	return pipeline.FileExists(t, path)
 }
 
 func symlink(t *testing.T, target, link string) {
