@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -415,4 +416,67 @@ func TestStopFencedFinalFlushIsNotAnError(t *testing.T) {
 	if metas, got := r.entries(id); len(metas) != 0 || len(got) != 0 {
 		t.Fatalf("a fenced stop committed %d metas (%d entries)", len(metas), len(got))
 	}
+}
+
+// Each committed cycle leaves its segment as a spare, and the next cycle's
+// segment is written over it (the file, its inode, carries on from one
+// cycle to the next), while every event reaches the bucket exactly once.
+func TestCyclesWriteOverTheSpareOfTheOneBefore(t *testing.T) {
+	r := newRig(t, 1, sink.NewMemBucket(), nil)
+	r.start()
+	id := r.createFlow("spares", 2)
+	// spares are the spare files now, by name, with their inodes.
+	spares := func() map[string]uint64 {
+		names, err := filepath.Glob(filepath.Join(r.tempDir, "spare*.seg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint64{}
+		for _, name := range names {
+			if fi, err := os.Stat(name); err == nil {
+				out[filepath.Base(name)] = fi.Sys().(*syscall.Stat_t).Ino
+			}
+		}
+		return out
+	}
+	const rounds, perRound = 3, 100
+	var before map[string]uint64
+	for round := range rounds {
+		r.produceBatch(putBatch(9, 2, int64(round*perRound), perRound, int64(10+round*1000)))
+		want := float64((round + 1) * perRound)
+		r.eventually(10*time.Second, func() bool { return testutil.ToFloat64(r.cons.MetricEventsWritten()) == want }, "events written")
+		r.flush()
+		var now map[string]uint64
+		r.eventually(10*time.Second, func() bool {
+			now = spares()
+			for name := range now {
+				if _, old := before[name]; !old {
+					return true // a spare kept since the last round
+				}
+			}
+			return false
+		}, "the committed cycle's segment kept as a spare")
+		if round > 0 {
+			reused := false
+			for _, ino := range now {
+				for _, was := range before {
+					reused = reused || ino == was
+				}
+			}
+			if !reused {
+				t.Errorf("round %d: spares %v share no inode with those before, %v: the cycle's segment was a new file, not a spare written over", round, now, before)
+			}
+		}
+		before = now
+	}
+	_, got := r.entries(id)
+	if len(got) != rounds*perRound {
+		t.Fatalf("backed up %d distinct entries, want %d", len(got), rounds*perRound)
+	}
+	for _, n := range got {
+		if n != 1 {
+			t.Fatalf("an entry backed up %d times", n)
+		}
+	}
+	checkOffsetsCommitted(t, r)
 }

@@ -119,15 +119,16 @@ func (s *segment) write(p []byte) (int64, error) {
 // openLocked opens the segment's file for its first write: a spare written
 // over from its start if there is one, else a new file. Must hold s.mu.
 func (s *segment) openLocked() error {
-	f, size, err := s.spares.take(s.path)
-	if err == nil && f == nil {
-		f, err = os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if f, size := s.spares.take(s.path); f != nil {
+		s.f, s.disk = f, size
+		return nil
 	}
+	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		s.err = fmt.Errorf("create temp segment: %w", err)
 		return s.err
 	}
-	s.f, s.disk = f, size
+	s.f = f
 	return nil
 }
 

@@ -35,7 +35,7 @@ const tempMarkerText = "This directory is flowlog's --temp-dir: its temp files a
 //	spare<n>.seg a released segment's file, kept to be written over (spare.go)
 //	catalog-<digits>.json  a flow catalog's JSON before its upload (catalog.TempPattern)
 var (
-	segFileRE  = regexp.MustCompile(`^(?:g[0-9]+\.(?:seg|pack)|spare[0-9]+\.seg|catalog-[0-9]+\.json)$`)
+	segFileRE  = regexp.MustCompile(`^(?:g[0-9]+\.(?:seg|pack)|` + spareNameExpr + `|catalog-[0-9]+\.json)$`)
 	tempFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?g[0-9]+-p[0-9]+-t[0-9]+-r[0-9]+-(?:` +
 		sink.CFDefault + `|` + sink.CFWrite + `)-(?:` + sink.OpPut + `|` + sink.OpDelete + `)(?:-meta)?\.tmp$`)
 	spoolFileRE = regexp.MustCompile(`^(?:f[0-9]+-)?[0-9]+-[A-Za-z0-9_-]{1,128}-[0-9]+\.spool$`)

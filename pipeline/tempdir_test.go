@@ -38,11 +38,6 @@ func writeFile(t *testing.T, path string) {
 	}
 }
 
-func exists(t *testing.T, path string) bool {
-	t.Helper()
-	return pipeline.FileExists(t, path)
-}
-
 func symlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
@@ -96,7 +91,7 @@ func TestTempDirCleanupRemovesOnlyGeneratedNames(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.path, func(t *testing.T) {
-			if got := !exists(t, filepath.Join(dir, tc.path)); got != tc.removed {
+			if got := !pipeline.FileExists(t, filepath.Join(dir, tc.path)); got != tc.removed {
 				t.Errorf("removed = %v, want %v", got, tc.removed)
 			}
 		})
@@ -137,16 +132,16 @@ func TestTempDirCleanupNeverFollowsSymlinks(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 	for _, v := range victims {
-		if !exists(t, v) {
+		if !pipeline.FileExists(t, v) {
 			t.Errorf("%s outside --temp-dir was removed through a symlink", v)
 		}
 	}
 	for _, l := range links {
-		if !exists(t, l) {
+		if !pipeline.FileExists(t, l) {
 			t.Errorf("symlink %s was removed", l)
 		}
 	}
-	if exists(t, own) {
+	if pipeline.FileExists(t, own) {
 		t.Errorf("leftover %s was not removed", own)
 	}
 }
@@ -184,14 +179,14 @@ func TestTempDirRefusesForeignDirectory(t *testing.T) {
 				t.Errorf("error %q: want one line naming --temp-dir %s", msg, dir)
 			}
 			for _, f := range tc.files {
-				if !exists(t, filepath.Join(dir, f)) {
+				if !pipeline.FileExists(t, filepath.Join(dir, f)) {
 					t.Errorf("%s was removed from a refused --temp-dir", f)
 				}
 			}
-			if tc.link != "" && !exists(t, filepath.Join(base, "elsewhere", "demo", "g1-p0-t1-r2-write-put.tmp")) {
+			if tc.link != "" && !pipeline.FileExists(t, filepath.Join(base, "elsewhere", "demo", "g1-p0-t1-r2-write-put.tmp")) {
 				t.Error("a file behind a symlink was removed")
 			}
-			if exists(t, filepath.Join(dir, ".flowlog-temp")) {
+			if pipeline.FileExists(t, filepath.Join(dir, ".flowlog-temp")) {
 				t.Error("a refused --temp-dir was marked as flowlog's")
 			}
 		})
@@ -211,10 +206,10 @@ func TestTempDirAdoptsUnmarkedFlowlogLayout(t *testing.T) {
 	if err := startIn(dir); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	if exists(t, f) {
+	if pipeline.FileExists(t, f) {
 		t.Error("leftover temp file not removed")
 	}
-	if !exists(t, filepath.Join(dir, ".flowlog-temp")) {
+	if !pipeline.FileExists(t, filepath.Join(dir, ".flowlog-temp")) {
 		t.Error("no marker written")
 	}
 }
