@@ -179,25 +179,35 @@ func fileEntry(tf *tempFile, off int64) sink.FileMeta {
 }
 
 // addRuns lists the region runs of tf's chunk in its meta entry fm when
-// the chunk holds several regions (region_id 0).
-func addRuns(fm *sink.FileMeta, tf *tempFile) {
+// the chunk holds several regions (region_id 0): the runs spilled at the
+// freeze are read from its segment through files, and a failed read is
+// kept in readErr.
+func addRuns(fm *sink.FileMeta, tf *tempFile, files *segFiles, readErr *error) {
 	if tf.key.set != nil && tf.runs.len() > 1 {
-		fm.SetRegionRuns(&tf.runs)
+		fm.SetRegionRuns(runSource{l: &tf.runs, seg: tf.seg, files: files, err: readErr})
 	}
 }
 
 // encodeMeta encodes u's meta with the region runs of its chunks, which
-// are listed only for as long as this takes (fileEntry).
+// are listed only for as long as this takes (fileEntry). Runs that cannot
+// be read back from the temp dir fail it (ErrTempWrite).
 func encodeMeta(u *upload) ([]byte, error) {
+	var files segFiles
+	defer files.close()
+	var readErr error
 	for i, tf := range u.files {
-		addRuns(&u.meta.Files[i], tf)
+		addRuns(&u.meta.Files[i], tf, &files, &readErr)
 	}
 	defer func() {
 		for i := range u.meta.Files {
 			u.meta.Files[i].SetRegionRuns(nil)
 		}
 	}()
-	return sink.EncodeMeta(u.meta)
+	b, err := sink.EncodeMeta(u.meta)
+	if readErr != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrTempWrite, u.what(), readErr)
+	}
+	return b, err
 }
 
 // buildV2 fills in what only a layout v2 meta has: its flows (every flow

@@ -28,6 +28,12 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 	}
 
 	s.trackBacklog(trigger)
+	// The files' resolved ts come from their region runs, which the seal
+	// writes to disk.
+	var rv resolvedView
+	for _, f := range gen.files {
+		f.resolvedTS = s.resolvedOf(f, &rv)
+	}
 	files, mem := gen.seal() // the cycle holds no file open while it waits
 	cyc := &cycle{
 		seq:     c.cycleSeq.Add(1),
@@ -40,10 +46,6 @@ func (s *session) freeze(trigger string, waiters ...chan<- error) *cycle {
 		waiters: waiters,
 	}
 	cyc.id = newCycleID(now, cyc.seq)
-	var rv resolvedView
-	for _, f := range cyc.files {
-		f.resolvedTS = s.resolvedOf(f, &rv)
-	}
 	for _, ps := range s.parts {
 		if ps.next < 0 {
 			continue // no record yet, no committed offset to repeat

@@ -195,8 +195,9 @@ func (g *generation) drop() {
 }
 
 // seal writes what every file of the generation buffers, fixes their
-// checksums and closes the segment, and returns the files with the memory
-// they still hold. A write that fails here stays with its file and fails
+// checksums, writes their region runs after them (runList.spill) and
+// closes the segment, and returns the files with what they still cost
+// (tempFile.mem, their spilled runs included). A write that fails here stays with its file and fails
 // the cycle when the flusher closes it (tempFile.close). The generation
 // takes no appends after it.
 func (g *generation) seal() (files []*tempFile, mem int64) {
@@ -212,6 +213,9 @@ func (g *generation) seal() (files []*tempFile, mem int64) {
 	g.open, g.bufs = 0, 0
 	for _, t := range g.files {
 		_ = t.seal()
+		if err := t.runs.spill(g.seg); err != nil && t.err == nil {
+			t.err = err
+		}
 		t.g = nil
 		files = append(files, t)
 		mem += t.mem()

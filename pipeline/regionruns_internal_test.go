@@ -72,10 +72,14 @@ func TestRegionRunsSplitAtTheLimit(t *testing.T) {
 		if f.key.split != uint32(len(runs)) {
 			t.Errorf("file %s is split %d, want %d: splits sort in order", f.name(), f.key.split, len(runs))
 		}
-		runs = append(runs, f.runs.runs())
+		fr := fileRuns(t, f)
+		runs = append(runs, fr)
 		got = append(got, readChunkFile(t, f)...)
-		if fm.RegionID != 0 || !reflect.DeepEqual(fm.Regions, f.runs.runs()) {
-			t.Errorf("file entry of %s: region_id %d, regions %v; want 0 and %v", f.name(), fm.RegionID, fm.Regions, f.runs.runs())
+		if fm.RegionID != 0 || !reflect.DeepEqual(fm.Regions, fr) {
+			t.Errorf("file entry of %s: region_id %d, regions %v; want 0 and %v", f.name(), fm.RegionID, fm.Regions, fr)
+		}
+		if f.runs.enc != nil {
+			t.Errorf("file %s holds %d bytes of runs in memory after the seal, want them in its segment", f.name(), len(f.runs.enc))
 		}
 	}
 	if !reflect.DeepEqual(runs, wantRuns) {
@@ -153,6 +157,17 @@ func TestResolvedOfIsTheLowestOfItsRegions(t *testing.T) {
 	}
 }
 
+// fileRuns are the region runs of a sealed file, read back from its
+// segment.
+func fileRuns(t *testing.T, tf *tempFile) sink.RegionRuns {
+	t.Helper()
+	runs, err := tf.runs.runs(tf.seg)
+	if err != nil {
+		t.Fatalf("region runs of %s: %v", tf.name(), err)
+	}
+	return runs
+}
+
 // runListOf is the run list of region, entries pairs.
 func runListOf(pairs ...int64) runList {
 	var l runList
@@ -179,8 +194,14 @@ func runsOf(pairs ...int64) sink.RegionRuns {
 func fileMeta(t *testing.T, tf *tempFile, off int64) sink.FileMeta {
 	t.Helper()
 	fm := fileEntry(tf, off)
-	addRuns(&fm, tf)
+	var files segFiles
+	defer files.close()
+	var readErr error
+	addRuns(&fm, tf, &files, &readErr)
 	b, err := json.Marshal(fm)
+	if readErr != nil {
+		t.Fatalf("region runs of %s: %v", tf.name(), readErr)
+	}
 	if err != nil {
 		t.Fatalf("encode the file entry of %s: %v", tf.name(), err)
 	}
