@@ -307,8 +307,8 @@ func TestGenerationDrainKeepsOrder(t *testing.T) {
 // open-buffer cap gives it to another file between appends) gets no frame
 // per partial buffer: its partial buffers are raw runs, packed by the
 // flusher into frames of up to 32 KiB, so twenty 1 KiB appends, each
-// between two evictions, become one frame, and the chunk reads back as
-// appended.
+// between two evictions, become one frame (one extent, with no room for
+// more), and the chunk reads back as appended.
 func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
 	g := newGeneration(t.TempDir(), 1, 1, sink.CompressionZstd, nil)
 	flow := &meta.Flow{ID: 1, Info: meta.FlowInfo{CatalogName: "default", FlowName: "f"}}
@@ -340,6 +340,9 @@ func TestPartialBuffersPackedIntoFewFrames(t *testing.T) {
 	}
 	if len(tf.ext) != 1 || !tf.ext[0].packed || tf.pack == nil || tf.raw != 0 {
 		t.Fatalf("chunk of %d bytes in %d extents (raw left %d), want one frame in the pack segment", tf.size, len(tf.ext), tf.raw)
+	}
+	if cap(tf.ext) != 1 {
+		t.Errorf("the packed chunk's extents hold room for %d, want 1: a packed cycle keeps them until its commit", cap(tf.ext))
 	}
 	if got := readChunkFile(t, tf); !bytes.Equal(got, want) {
 		t.Fatalf("packed chunk reads back %d bytes, want the %d appended", len(got), len(want))

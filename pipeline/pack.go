@@ -98,7 +98,7 @@ func (t *tempFile) packRaw(src *os.File, dst *segment) error {
 	defer rawBufs.Put(bp)
 	fb := frameBufs.Get().(*[]byte)
 	defer putFrameBuf(fb)
-	out := make([]extent, 0, len(t.ext))
+	out := make([]extent, 0, packedExtents(t.ext))
 	t.stored = 0
 	buf := (*bp)[:0]
 	emit := func(n int) error {
@@ -150,6 +150,28 @@ func (t *tempFile) packRaw(src *os.File, dst *segment) error {
 	t.ext, t.raw = out, 0
 	t.crc = extentsCRC(out)
 	return nil
+}
+
+// packedExtents is how many extents packRaw leaves of ext: each extent
+// not raw, and a frame for each tempBufSize bytes (or part of them) of
+// each run of consecutive raw extents. A wide cycle's files hold dozens of
+// raw extents each and a frame or two once packed, and the extents of a
+// packed cycle stay in memory until its commit.
+func packedExtents(ext []extent) int {
+	n := 0
+	var raw int64
+	for i, e := range ext {
+		if !e.raw {
+			n++
+			continue
+		}
+		raw += e.len
+		if i+1 == len(ext) || !ext[i+1].raw {
+			n += int((raw + tempBufSize - 1) / tempBufSize)
+			raw = 0
+		}
+	}
+	return n
 }
 
 // keepRaw makes t's raw runs its stored bytes, uncompressed: t is a tiny
