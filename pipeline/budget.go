@@ -9,7 +9,7 @@ import (
 // Defaults of --max-open-files and --max-cycle-files, also used when a
 // Config leaves them zero.
 const (
-	defaultMaxOpenFiles  = 512
+	defaultMaxOpenFiles  = 384
 	defaultMaxCycleFiles = 10000
 )
 

@@ -111,7 +111,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.MaxTempBytes, "max-temp-bytes", "pause fetching while temp files (current and in flight) exceed this size")
 	f.IntVar(&c.MaxOpenFiles, "max-open-files", defaultMaxOpenFiles, "write buffers (4-32KiB each) of temp files, in 32KiB buffers: at most this x 32KiB at once (past it a full buffer goes to disk as it is, and files write what they hold and give their buffer back as needed); at most half the open file limit (ulimit -n)")
 	f.IntVar(&c.MaxCycleFiles, "max-cycle-files", defaultMaxCycleFiles, "start a flush cycle when the current one has this many temp files; fetching pauses while current and in-flight cycles hold more than twice as many")
-	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches and GCS upload chunks get a quarter each, temp file buffers an eighth and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
+	f.Var(&c.MaxMemory, "max-memory", "memory to plan for, code included: the Go soft memory limit is this less 32MiB (at least half of it) unless GOMEMLIMIT is set; Kafka fetches and GCS upload chunks get a quarter each, temp file buffers a tenth and temp file bookkeeping a sixth (--max-open-files and --max-cycle-files are lowered to fit)")
 	f.Var(&c.MaxValueSize, "max-value-size", "apply records, and events of them, with a key or value larger than this go to the DLQ (sizes after decompression)")
 	f.IntVar(&c.MaxTablesPerFlow, "max-tables-per-flow", meta.DefaultMaxTablesPerFlow,
 		"a flow create or replace naming more source tables than this goes to the DLQ (ddl_rejected)")

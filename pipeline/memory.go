@@ -18,18 +18,20 @@ const (
 // regions may hold at most. What is left is for the Go runtime, the Kafka,
 // Redis and GCS clients and decoding; the shares are upper bounds that a
 // load rarely reaches all at once. At the default 128 MiB the defaults of
-// --max-open-files (512) and --max-cycle-files (10000) just fit.
+// --max-open-files (384) and --max-cycle-files (10000) just fit.
 const (
 	// fetchShare bounds Kafka fetches: those in flight or buffered in the
 	// client plus the one the consume loop is handling.
 	fetchShare = 4
 	// bufferShare bounds the write buffers of open temp files
-	// (--max-open-files x tempBufSize). An eighth: with thousands of busy
+	// (--max-open-files x tempBufSize). A tenth: with thousands of busy
 	// files every buffer is in use at once, beside full fetches and an
 	// upload, and a quarter put the heap over the Go memory limit, the
-	// collector running every few MB allocated (docs/SIZING.md, "Width:
-	// many flows, tables and regions (layout v2)").
-	bufferShare = 8
+	// collector running every few MB allocated; at an eighth a wide row
+	// still ran 120-150 collections, at 384 buffers (12 MiB) 66-71
+	// (docs/SIZING.md, "Width: many flows, tables and regions (layout
+	// v2)").
+	bufferShare = 10
 	// uploadShare bounds the flows uploading at once: each holds a GCS
 	// chunk buffer while it uploads.
 	uploadShare = 4
