@@ -58,9 +58,10 @@ func (l *runList) len() int { return l.n }
 // --max-temp-bytes as they did in memory.
 func (l *runList) mem() int64 { return int64(cap(l.enc)) + l.diskLen }
 
-// spill writes the encoded runs to seg and lets their memory go; the list
-// takes no run after it (its generation is sealed). Only the first spill
-// writes: the list holds no more runs than its last after it.
+// spill writes the encoded runs to seg and lets their memory go. It is
+// called once, when the list's generation is sealed; a later spill writes
+// nothing, and runs added after the first stay in memory, after the
+// spilled ones.
 func (l *runList) spill(seg *segment) error {
 	if len(l.enc) == 0 || l.diskLen > 0 {
 		return nil
