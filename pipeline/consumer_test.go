@@ -427,10 +427,8 @@ func TestCyclesWriteOverTheSpareOfTheOneBefore(t *testing.T) {
 	id := r.createFlow("spares", 2)
 	// spares are the spare files now, by name, with their inodes.
 	spares := func() map[string]uint64 {
-		names, err := filepath.Glob(filepath.Join(r.tempDir, "spare*.seg"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Polled: a pattern error (none with this one) reads as no spare yet.
+		names, _ := filepath.Glob(filepath.Join(r.tempDir, "spare*.seg"))
 		out := map[string]uint64{}
 		for _, name := range names {
 			if fi, err := os.Stat(name); err == nil {

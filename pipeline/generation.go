@@ -197,9 +197,9 @@ func (g *generation) drop() {
 // seal writes what every file of the generation buffers, fixes their
 // checksums, writes their region runs after them (runList.spill) and
 // closes the segment, and returns the files with what they still cost
-// (tempFile.mem, their spilled runs included). A write that fails here stays with its file and fails
-// the cycle when the flusher closes it (tempFile.close). The generation
-// takes no appends after it.
+// (tempFile.mem, their spilled runs included). A write that fails here
+// stays with its file and fails the cycle when the flusher closes it
+// (tempFile.close). The generation takes no appends after it.
 func (g *generation) seal() (files []*tempFile, mem int64) {
 	_ = g.drain() // errors stay with their files
 	files = make([]*tempFile, 0, len(g.files))
