@@ -37,6 +37,11 @@ type generation struct {
 	bufs    int64     // bytes of the buffers they hold (their capacity)
 	lru     tempFile  // sentinel of the ring of files holding a buffer, most recently appended first
 	last    *tempFile // the file of the previous append, for runs of one key
+	// recent holds files by a hash of their key (fileKey.slot), for
+	// lookups without the map: with thousands of files a map lookup reads
+	// memory no cache holds, where a hit here reads only the file, which
+	// the append reads anyway. A slot keeps the file last looked up there.
+	recent []*tempFile
 	// splits is, for a layout v2 key whose file filled up with region runs,
 	// the split of the file it goes on in (regionFile).
 	splits map[fileKey]uint32
@@ -70,17 +75,29 @@ func (g *generation) file(key fileKey, flow *meta.Flow) (*tempFile, error) {
 	if l := g.last; l != nil && l.key == key {
 		return l, nil
 	}
-	if f, ok := g.files[key]; ok {
+	if g.recent == nil {
+		g.recent = make([]*tempFile, recentSlots)
+	}
+	slot := &g.recent[key.slot()&(recentSlots-1)]
+	if f := *slot; f != nil && f.key == key {
 		g.last = f
+		return f, nil
+	}
+	if f, ok := g.files[key]; ok {
+		g.last, *slot = f, f
 		return f, nil
 	}
 	f := newTempFile(g.seg, key, flow, g.compr)
 	f.g = g
 	g.files[key] = f
 	g.mem += f.mem()
-	g.last = f
+	g.last, *slot = f, f
 	return f, nil
 }
+
+// recentSlots is the size of generation.recent: a power of two, a few
+// times the files of a wide cycle's busy tables (64 KiB of pointers).
+const recentSlots = 8192
 
 // regionFile returns the layout v2 temp file an entry of region with key
 // (split 0) goes into: the key's current file, or, when that one holds
@@ -182,6 +199,11 @@ func (g *generation) forget(t *tempFile) {
 	if g.last == t {
 		g.last = nil
 	}
+	if g.recent != nil {
+		if slot := &g.recent[t.key.slot()&(recentSlots-1)]; *slot == t {
+			*slot = nil
+		}
+	}
 	t.g = nil
 }
 
@@ -227,6 +249,6 @@ func (g *generation) seal() (files []*tempFile, mem int64) {
 			}
 		}
 	}
-	g.last = nil
+	g.last, g.recent = nil, nil
 	return files, mem
 }

@@ -94,6 +94,19 @@ type fileKey struct {
 	split     uint32
 }
 
+// slot is a hash of the key for generation.recent. The flow set is left
+// out: a table's files in one generation almost always share theirs.
+func (k *fileKey) slot() uint64 {
+	h := uint64(k.table)*0x9e3779b97f4a7c15 ^ k.region*0xbf58476d1ce4e5b9 ^
+		uint64(k.flow)<<40 ^ uint64(uint32(k.partition))<<20 ^ uint64(k.split)<<8 ^ uint64(k.cf)<<4 ^ uint64(k.op)<<2
+	if k.isMeta {
+		h ^= 1
+	}
+	h ^= h >> 31
+	h *= 0x94d049bb133111eb
+	return h ^ h>>29
+}
+
 // base is the key without its split: the key its entries are routed by.
 func (k fileKey) base() fileKey {
 	k.split = 0
@@ -162,6 +175,9 @@ type tempFile struct {
 	// parts are the apply partitions of a layout v2 file's entries, each
 	// once, in the order their first entry came (countPartition).
 	parts []int32
+	// partBits has bit p set when partition p (below 64) is in parts: a
+	// check that reads no memory beyond the file's own.
+	partBits uint64
 }
 
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
@@ -186,7 +202,12 @@ func (t *tempFile) mem() int64 {
 // countPartition records that the entry just appended came from apply
 // partition p (layout v2).
 func (t *tempFile) countPartition(p int32) {
-	if n := len(t.parts); n > 0 && t.parts[n-1] == p || slices.Contains(t.parts, p) {
+	if p >= 0 && p < 64 {
+		if t.partBits&(1<<p) != 0 {
+			return
+		}
+		t.partBits |= 1 << p
+	} else if slices.Contains(t.parts, p) {
 		return
 	}
 	before := t.mem()
