@@ -138,19 +138,38 @@ var maxChunkRuns = sink.MaxChunkRuns
 // A tempFile is owned by one goroutine at a time: the consume loop while its
 // generation is current, the flusher once frozen.
 type tempFile struct {
-	key  fileKey
+	// The fields an append reads and writes come first and together: with
+	// thousands of files taking turns, each append finds its file in
+	// memory no cache holds, and reads as few cache lines of it as they
+	// take.
+	key fileKey
+	g   *generation // the current generation holding it; nil once sealed
+	// runs are the regions of a layout v2 file's entries, in entry order:
+	// each run the region of that many consecutive entries (countRegion).
+	runs runList
+
+	active         bool      // holds a write buffer (counted in g.open)
+	bufSize        int       // the buffer size it takes on open (minBufSize .. tempBufSize)
+	buf            []byte    // nil while not active
+	prev, next     *tempFile // links in g's list of open files, most recent first
+	size           int64     // framed bytes, buffered included
+	entries        int64
+	minTS, maxTS   uint64
+	minBeginTS     uint64 // min start ts of write-CF puts
+	minKey, maxKey []byte
+	// partBits has bit p set when partition p (below 64) is in parts: a
+	// check that reads no memory beyond the file's own.
+	partBits uint64
+	// parts are the apply partitions of a layout v2 file's entries, each
+	// once, in the order their first entry came (countPartition).
+	parts []int32
+
 	flow *meta.Flow // layout v1: the flow; nil in layout v2 (key.set)
 	seg  *segment
 	pack *segment // the cycle's pack segment once its raw runs are packed
 	ext  []extent // where its stored bytes are, in order: in seg, or pack
 
-	g          *generation // the current generation holding it; nil once sealed
-	prev, next *tempFile   // links in g's list of open files, most recent first
-
-	active  bool   // holds a write buffer (counted in g.open)
-	removed bool   // remove has released its segment
-	buf     []byte // nil while not active
-	bufSize int    // the buffer size it takes on open (minBufSize .. tempBufSize)
+	removed bool // remove has released its segment
 	hash    hash.Hash
 	err     error // a write that failed while closing (evicted or sealed)
 	zstd    bool  // buffers are written as zstd frames
@@ -162,22 +181,8 @@ type tempFile struct {
 	pending [][]byte // full buffers queued for the generation's next drain (spill.go)
 	queued  bool     // in the generation's list of files with queued buffers
 
-	size           int64 // framed bytes, buffered included
-	entries        int64
-	minTS, maxTS   uint64
-	minBeginTS     uint64 // min start ts of write-CF puts
-	minKey, maxKey []byte
-	resolvedTS     uint64 // set at freeze: the lowest last resolved ts of its regions
-	sum            string // hex sha256, set by seal
-	// runs are the regions of a layout v2 file's entries, in entry order:
-	// each run the region of that many consecutive entries (countRegion).
-	runs runList
-	// parts are the apply partitions of a layout v2 file's entries, each
-	// once, in the order their first entry came (countPartition).
-	parts []int32
-	// partBits has bit p set when partition p (below 64) is in parts: a
-	// check that reads no memory beyond the file's own.
-	partBits uint64
+	resolvedTS uint64 // set at freeze: the lowest last resolved ts of its regions
+	sum        string // hex sha256, set by seal
 }
 
 func newTempFile(seg *segment, key fileKey, flow *meta.Flow, compression string) *tempFile {
