@@ -139,9 +139,8 @@ var maxChunkRuns = sink.MaxChunkRuns
 // generation is current, the flusher once frozen.
 type tempFile struct {
 	// The fields an append reads and writes come first and together: with
-	// thousands of files taking turns, each append finds its file in
-	// memory no cache holds, and reads as few cache lines of it as they
-	// take.
+	// thousands of files taking turns, an append finds its file in memory
+	// no cache holds, and reads only the few cache lines they fill.
 	key fileKey
 	g   *generation // the current generation holding it; nil once sealed
 	// runs are the regions of a layout v2 file's entries, in entry order:
