@@ -17,7 +17,7 @@ import (
 // It picks the port at random below the kernel's ephemeral range
 // (net.ipv4.ip_local_port_range), where outgoing connections never take
 // one: a port of that range, freed here and bound by the caller a moment
-// later, is often taken meanwhile by a client connecting anywhere on a
+// later, is sometimes taken meanwhile by a client connecting anywhere on a
 // busy machine. It falls back to a port the kernel picks when no port
 // below the range is free or the range cannot be read.
 func FreePort() (int, error) {

@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"errors"
 	"net/url"
-	"syscall"
 	"testing"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
@@ -19,28 +17,21 @@ type GCS struct {
 }
 
 // StartGCS starts fake-gcs-server in memory on a free port with Bucket
-// created, and stops it when the test ends. A port found free may be taken
-// by another process before the server binds it (tests run in parallel
-// packages): it then tries another, up to 5 times.
+// created, and stops it when the test ends. A port taken before the server
+// binds it makes it try another (onFreePort).
 func StartGCS(t testing.TB) *GCS {
 	t.Helper()
 	var srv *fakestorage.Server
-	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
+	err := onFreePort(func(port int) (err error) {
 		srv, err = fakestorage.NewServerWithOptions(fakestorage.Options{
 			Scheme: "http",
 			Host:   "127.0.0.1",
 			Port:   uint16(port),
 		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
-			t.Fatalf("start fake-gcs-server: %v", err)
-		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("start fake-gcs-server: %v", err)
 	}
 	t.Cleanup(srv.Stop)
 	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: Bucket})

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -11,6 +12,27 @@ import (
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
 // (loopback.FreePort).
 func FreePort() (int, error) { return loopback.FreePort() }
+
+// portTries is how many free ports onFreePort tries.
+const portTries = 5
+
+// onFreePort calls start with a free port until it returns nil, at most
+// portTries times: another process may bind the port between FreePort
+// and start (tests run in parallel packages). It returns start's last
+// error.
+func onFreePort(start func(port int) error) error {
+	var err error
+	for range portTries {
+		port, perr := FreePort()
+		if perr != nil {
+			return fmt.Errorf("free port: %w", perr)
+		}
+		if err = start(port); err == nil {
+			return nil
+		}
+	}
+	return err
+}
 
 // ClosedAddr is a loopback address nothing listens on: a dial is refused
 // (unless another process binds the port in between, which a test that

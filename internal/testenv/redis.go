@@ -67,21 +67,16 @@ func startRedis(t testing.TB, extra ...string) *Redis {
 		t.Fatalf("redis-server not found on PATH (install the Debian package redis-server): %v", err)
 	}
 	r := &Redis{bin: bin, dir: t.TempDir(), extra: extra}
-	var lastErr error
-	for range 5 {
-		port, err := FreePort()
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
+	err = onFreePort(func(port int) error {
 		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		r.URL = "redis://" + r.Addr + "/0"
-		if lastErr = r.start(); lastErr == nil {
-			t.Cleanup(r.Stop)
-			return r
-		}
+		return r.start()
+	})
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
 	}
-	t.Fatalf("start redis-server: %v", lastErr)
-	return nil
+	t.Cleanup(r.Stop)
+	return r
 }
 
 // Client returns a new go-redis client for this server, closed when the test
