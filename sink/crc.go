@@ -47,10 +47,8 @@ var zeroOps = sync.OnceValue(func() *[64][32]uint32 {
 
 func gf2Times(mat *[32]uint32, vec uint32) uint32 {
 	var sum uint32
-	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
-		if vec&1 != 0 {
-			sum ^= mat[i]
-		}
+	for i := range mat {
+		sum ^= mat[i] & -(vec >> i & 1) // no branch on the bit
 	}
 	return sum
 }
