@@ -10,7 +10,7 @@ import (
 )
 
 // The data object's reader returns the chunks' extents in order whatever
-// their layout in the segments: back to back (read together), with gaps,
+// their layout in the segments: back to back, with gaps,
 // out of order, in two segments, empty, and of no extents; for every
 // buffer size.
 func TestChunkReaderExtentLayouts(t *testing.T) {

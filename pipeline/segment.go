@@ -250,10 +250,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readExtent reads from the current extent on, at most what lies back to
-// back with it in its segment (span): the chunks of a wide cycle are a few
-// hundred bytes each, and those written one after the other are read in
-// one pread.
+// readExtent reads from the current extent, at most its rest.
 func (r *chunkReader) readExtent(p []byte) (int, error) {
 	for len(r.chunks) > 0 {
 		t := r.chunks[0]
@@ -272,66 +269,18 @@ func (r *chunkReader) readExtent(p []byte) (int, error) {
 			}
 			r.seg, r.f = seg, f
 		}
-		at, want := e.off+r.off, r.span(int64(len(p)))
-		n, err := r.f.ReadAt(p[:want], at)
-		r.advance(int64(n))
-		if int64(n) == want {
-			err = nil // ReadAt may say EOF along with the last bytes
+		n := int(min(int64(len(p)), e.len-r.off))
+		n, err := r.f.ReadAt(p[:n], e.off+r.off)
+		r.off += int64(n)
+		if r.off == e.len {
+			r.ext, r.off = r.ext+1, 0
+			err = nil
 		} else if errors.Is(err, io.EOF) {
-			err = fmt.Errorf("temp segment %s ends before %d: %w", r.seg.path, at+want, io.ErrUnexpectedEOF)
+			err = fmt.Errorf("temp segment %s ends before %d: %w", r.seg.path, e.off+e.len, io.ErrUnexpectedEOF)
 		}
 		return n, err
 	}
 	return 0, io.EOF
-}
-
-// span is how many bytes, at most max, follow the read position back to
-// back in its segment: the current extent's rest, then every next extent
-// (of this chunk or the next ones) that starts where the one before ends
-// in the same segment.
-func (r *chunkReader) span(max int64) int64 {
-	t := r.chunks[0]
-	e := t.ext[r.ext]
-	seg, end := t.segOf(e), e.off+e.len
-	n := e.len - r.off
-	for c, i := 0, r.ext+1; n < max; {
-		if i == len(t.ext) {
-			if c++; c == len(r.chunks) {
-				break
-			}
-			t, i = r.chunks[c], 0
-			continue
-		}
-		e := t.ext[i]
-		if t.segOf(e) != seg || e.off != end {
-			break
-		}
-		n, end, i = n+e.len, end+e.len, i+1
-	}
-	return min(n, max)
-}
-
-// advance moves the read position n bytes on, across extents and chunks,
-// and past the extents and chunks it ends at the end of (empty ones too).
-func (r *chunkReader) advance(n int64) {
-	for len(r.chunks) > 0 {
-		t := r.chunks[0]
-		if r.ext == len(t.ext) {
-			r.chunks, r.ext, r.off = r.chunks[1:], 0, 0
-			continue
-		}
-		rest := t.ext[r.ext].len - r.off
-		if rest == 0 {
-			r.ext, r.off = r.ext+1, 0
-			continue
-		}
-		if n == 0 {
-			return
-		}
-		k := min(n, rest)
-		r.off += k
-		n -= k
-	}
 }
 
 // Close closes the segment being read, if any.
