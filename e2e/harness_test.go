@@ -142,7 +142,10 @@ func startConsumer(t testing.TB, name string, args ...string) *proc {
 }
 
 // startConsumerBin is startConsumer of the consumer binary bin (another
-// build than this tree's, for the upgrade scenarios).
+// build than this tree's, for the upgrade scenarios). A free port it picks
+// can be taken by another test's process before the consumer binds it; the
+// consumer then exits with "address already in use", and it tries another
+// port, up to 5.
 func startConsumerBin(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
 	addr := ""
@@ -153,18 +156,54 @@ func startConsumerBin(t testing.TB, name, bin string, args ...string) *proc {
 			addr = v
 		}
 	}
-	if addr == "" {
-		port, err := testenv.FreePort()
+	p := newProc(t, name, bin, append([]string{"run"}, args...)...)
+	if addr != "" {
+		p.ready = consumerReady(addr)
+		p.Start()
+		return p
+	}
+	for try := 1; ; try++ {
+		port, err := consumerPort()
 		if err != nil {
 			t.Fatalf("free port: %v", err)
 		}
 		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		args = append(args, "--http-addr", addr)
+		p.args = append(append([]string{"run"}, args...), "--http-addr", addr)
+		p.ready = consumerReady(addr)
+		from := p.logSize()
+		err = p.start()
+		if err == nil {
+			return p
+		}
+		if try == 5 || !strings.Contains(p.logFrom(from), "address already in use") {
+			t.Fatalf("start %s: %v", name, err)
+		}
 	}
-	p := newProc(t, name, bin, append([]string{"run"}, args...)...)
-	p.ready = waitForHTTP(addr, "/healthz")
-	p.Start()
-	return p
+}
+
+// consumerPort picks the port of a consumer's --http-addr when the test
+// gives none (a test of the retry replaces it).
+var consumerPort = testenv.FreePort
+
+// consumerReady is a consumer's ready func: it waits until the consumer's
+// log since its start says it listens, then until GET /healthz on addr
+// answers 200. (A /healthz answered before that line could be another
+// process's on the same port.)
+func consumerReady(addr string) func(p *proc, from int64) error {
+	health := waitForHTTP(addr, "/healthz")
+	return func(p *proc, from int64) error {
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(p.logFrom(from), "http listening") {
+			if p.hasExited() {
+				return fmt.Errorf("exited before it listened on %s: %v", addr, p.Wait())
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no \"http listening\" in its log within 60s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return health(p, from)
+	}
 }
 
 // waitFor polls cond every 100ms until it returns true, failing the test

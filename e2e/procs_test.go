@@ -184,6 +184,24 @@ func (p *proc) Restart() {
 // Log returns the whole log of the process.
 func (p *proc) Log() string { return readFile(p.logPath) }
 
+// logSize is the length of the log so far (0 before the first start).
+func (p *proc) logSize() int64 {
+	fi, err := os.Stat(p.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logFrom is the log from offset from on.
+func (p *proc) logFrom(from int64) string {
+	b, _ := os.ReadFile(p.logPath)
+	if int64(len(b)) <= from {
+		return ""
+	}
+	return string(b[from:])
+}
+
 // readFile is the file's content, empty if it cannot be read.
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
