@@ -39,7 +39,7 @@ func (c *cluster) startConsumerUlimit(t testing.TB, name string, nofile int, ext
 	args := append(append(c.consumerArgs(t, name), extra...), "--http-addr", addr)
 	script := `ulimit -n ` + strconv.Itoa(nofile) + ` && exec "$0" "$@"`
 	p := newProc(t, name, "/bin/bash", append([]string{"-c", script, binary(t, "consumer"), "run"}, args...)...)
-	p.ready = waitForHTTP(addr, "/healthz")
+	p.ready = consumerReady(addr)
 	p.Start()
 	return p
 }
