@@ -83,10 +83,10 @@ func (f *FileMeta) appendJSON(b []byte) []byte {
 
 // jsonSize is about the length of f's JSON object, a little more as a
 // rule: its field names, its strings, its numbers at their longest, and
-// its region runs and flow ids at a usual length (ids of up to 10 digits,
-// runs of up to 10,000 entries). encodeMetaJSON sizes its buffer with it
-// once: an estimate short of the bytes made the buffer grow and copy
-// several times for a cycle of thousands of entries.
+// its region runs and flow ids at a usual length (ids of up to 10
+// digits, runs of fewer than 100,000 entries). encodeMetaJSON sizes its
+// buffer with it once: an estimate short of the bytes made the buffer
+// grow and copy several times for a cycle of thousands of entries.
 func (f *FileMeta) jsonSize() int {
 	const (
 		names   = 280 // field names, quotes, separators, braces, a bool
