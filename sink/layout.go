@@ -545,13 +545,20 @@ func isHex(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if !lowerHex[s[i]] { // a table: the digit-or-letter test mispredicts on random hex
 			return false
 		}
 	}
 	return true
 }
+
+// lowerHex holds the bytes isHex takes: 0-9 and a-f.
+var lowerHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
 
 // EncodeCheckpoint returns the content of a global checkpoint object: ts as
 // 8 bytes little-endian.

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math"
 	"testing"
@@ -80,4 +82,35 @@ func TestFileEntryEncodesAsEncodingJSON(t *testing.T) {
 			t.Errorf("meta without files: %s, %v", got, err)
 		}
 	})
+}
+
+// isHex takes even-length lowercase hex only, as the meta's hex fields are
+// written.
+func TestIsHex(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, "00": true, "0123456789abcdef": true, "ff": true,
+		"0": false, "ABCD": false, "0g": false, "/0": false, ":0": false, "`0": false,
+		"0\x80": false, "0\xff": false, "a ": false, "zz": false,
+	} {
+		if got := isHex(s); got != want {
+			t.Errorf("isHex(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// BenchmarkIsHex checks sha256s in hex, as the meta's check does per
+// chunk: many different ones, whose digits and letters fall at random.
+func BenchmarkIsHex(b *testing.B) {
+	var hs []string
+	for i := range 4096 {
+		sum := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
+		hs = append(hs, hex.EncodeToString(sum[:]))
+	}
+	i := 0
+	for b.Loop() {
+		if !isHex(hs[i&4095]) {
+			b.Fatal("not hex")
+		}
+		i++
+	}
 }
