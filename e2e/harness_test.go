@@ -162,23 +162,21 @@ func startConsumerBin(t testing.TB, name, bin string, args ...string) *proc {
 		p.Start()
 		return p
 	}
-	for try := 1; ; try++ {
-		port, err := consumerPort()
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
+	err := testenv.OnPorts(consumerPort, func(port int) error {
 		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		p.args = append(append([]string{"run"}, args...), "--http-addr", addr)
 		p.ready = consumerReady(addr)
 		from := p.logSize()
-		err = p.start()
-		if err == nil {
-			return p
+		err := p.start()
+		if err != nil && !strings.Contains(p.logFrom(from), "address already in use") {
+			return testenv.StopTrying(err)
 		}
-		if try == 5 || !strings.Contains(p.logFrom(from), "address already in use") {
-			t.Fatalf("start %s: %v", name, err)
-		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
 	}
+	return p
 }
 
 // consumerPort picks the port of a consumer's --http-addr when the test

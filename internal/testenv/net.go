@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,26 +14,43 @@ import (
 // (loopback.FreePort).
 func FreePort() (int, error) { return loopback.FreePort() }
 
-// portTries is how many free ports onFreePort tries.
+// portTries is how many free ports OnPorts tries.
 const portTries = 5
 
-// onFreePort calls start with a free port until it returns nil, at most
-// portTries times: another process may bind the port between FreePort
-// and start (tests run in parallel packages). It returns start's last
-// error.
-func onFreePort(start func(port int) error) error {
+// OnPorts calls start with a port from pick until start returns nil, at
+// most portTries times: another process may bind a port found free before
+// start binds it (tests run in parallel packages). An error start marks
+// with StopTrying ends the tries at once (a start that failed for another
+// reason than its port). It returns start's last error.
+func OnPorts(pick func() (int, error), start func(port int) error) error {
 	var err error
 	for range portTries {
-		port, perr := FreePort()
+		port, perr := pick()
 		if perr != nil {
 			return fmt.Errorf("free port: %w", perr)
 		}
 		if err = start(port); err == nil {
 			return nil
 		}
+		var stop stopTrying
+		if errors.As(err, &stop) {
+			return stop.err
+		}
 	}
 	return err
 }
+
+// onFreePort is OnPorts with ports from FreePort.
+func onFreePort(start func(port int) error) error { return OnPorts(FreePort, start) }
+
+// StopTrying marks err as one another port would not mend: OnPorts
+// returns it without trying again.
+func StopTrying(err error) error { return stopTrying{err} }
+
+type stopTrying struct{ err error }
+
+func (s stopTrying) Error() string { return s.err.Error() }
+func (s stopTrying) Unwrap() error { return s.err }
 
 // ClosedAddr is a loopback address nothing listens on: a dial is refused
 // (unless another process binds the port in between, which a test that
